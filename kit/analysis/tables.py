@@ -1,0 +1,124 @@
+"""Human-readable tables for the CLI: workloads, platforms, dry runs and run summaries."""
+
+import json
+from typing import Any
+
+from tabulate import tabulate
+
+from kit.analysis.flops import model_flops_per_step, params_count
+from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
+from kit.spec.run import RunConfig
+
+
+def fmt(value: Any, unit: str = "", digits: int = 3) -> str:
+    """Format a metric; ``None`` (not measurable here) becomes ``n/a``."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}{unit}"
+    return f"{value}{unit}"
+
+
+def workloads_table() -> str:
+    """One row per shipped workload."""
+    rows = []
+    for name in workload_names():
+        w = load_workload(name)
+        moe = f"{w.num_experts}x top-{w.moe_top_k}" if w.is_moe else "-"
+        rows.append([name, w.family, f"{params_count(w) / 1e9:.3g}B", w.num_layers,
+                     w.hidden_size, f"{w.num_attention_heads}/{w.query_groups}", w.seq_length, moe])
+    return tabulate(rows, headers=["workload", "family", "params", "layers", "hidden",
+                                   "heads/groups", "seq", "MoE"])
+
+
+def show_workload(name: str) -> str:
+    """Every field of one workload, plus its size and FLOPs per token."""
+    w = load_workload(name)
+    rows = [[k, v] for k, v in w.model_dump().items()]
+    rows.append(["parameters", f"{params_count(w):,}"])
+    per_token = model_flops_per_step(w, 1) / w.seq_length
+    rows.append(["model FLOPs per token (fwd+bwd)", f"{per_token:.4g}"])
+    return tabulate(rows, tablefmt="plain")
+
+
+def platforms_table() -> str:
+    """One row per shipped platform."""
+    rows = []
+    for name in platform_names():
+        p = load_platform(name)
+        peak = p.peak_tflops.get(p.dtype)
+        rows.append([name, p.vendor, p.device_name, fmt(p.devices_per_node),
+                     fmt(p.memory_per_device_gib, " GiB"), p.dtype, fmt(peak), p.comm_backend,
+                     ",".join(p.telemetry)])
+    return tabulate(rows, headers=["platform", "vendor", "device", "per node", "memory", "dtype",
+                                   "peak TFLOP/s", "comm", "telemetry"])
+
+
+def show_platform(name: str) -> str:
+    """One platform profile as YAML-like text."""
+    import yaml
+
+    return yaml.safe_dump(load_platform(name).model_dump(mode="json"), sort_keys=False)
+
+
+def resolved_summary(cfg: RunConfig) -> str:
+    """The resolved run: workload (and scaling), layout, batch and step counts."""
+    p, o = cfg.parallel, cfg.optim
+    rows = [
+        ["workload", cfg.workload.name],
+        ["platform", f"{cfg.platform.name} ({cfg.platform.device_name})"],
+        ["engine", cfg.engine],
+        ["world size", cfg.world_size],
+        ["layout", f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep} vpp={p.vpp} sp={p.sp}"],
+        ["batch", f"micro {cfg.micro_batch_size} x accum {cfg.grad_accum_steps} x dp {p.dp} "
+                  f"= global {cfg.global_batch_size} ({cfg.tokens_per_step} tokens)"],
+        ["optimizations", f"recompute={o.recompute} overlap={o.overlap} "
+                          f"dist_optimizer={o.dist_optimizer} fsdp={o.fsdp}"],
+        ["dtype", cfg.dtype],
+        ["steps", f"{cfg.warmup} warmup + {cfg.steps} measured"],
+        ["parameters", f"{params_count(cfg.workload):,}"],
+        ["model FLOPs per step", f"{model_flops_per_step(cfg.workload, cfg.global_batch_size, p.tp):.4g}"],
+    ]
+    if cfg.scaling:
+        changed = ", ".join(f"{k} {getattr(cfg.scaling.original, k)}->{v}"
+                            for k, v in cfg.scaling.rule.set.items())
+        rows.insert(1, ["scaled from", f"{cfg.scaling.original.name} ({changed}; "
+                                       f"{cfg.scaling.rule.reason})"])
+    return tabulate(rows, tablefmt="plain")
+
+
+def print_dry_run(cfg: RunConfig, as_json: bool) -> None:
+    """Print the resolved config (JSON with ``--json``)."""
+    if as_json:
+        print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    else:
+        print(resolved_summary(cfg))
+        print("dry run: valid; nothing launched")
+
+
+SUMMARY_ROWS = [
+    ("step time", "step_time_s", " s"),
+    ("tokens/s", "tokens_per_s", ""),
+    ("TFLOP/s per device", "tflops_per_gpu", ""),
+    ("MFU", "mfu", ""),
+    ("peak memory per rank", "mem_peak_gib", " GiB"),
+    ("mean power", "power_w_mean", " W"),
+    ("peak power", "power_w_peak", " W"),
+    ("energy per token", "energy_j_per_token", " J"),
+    ("max temperature", "temp_gpu_c_max", " C"),
+]
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The canonical summary metrics, ``n/a`` where the host cannot measure them."""
+    rows = []
+    for label, key, unit in SUMMARY_ROWS:
+        v = summary.get(key)
+        rows.append([label, f"{v:.1%}" if key == "mfu" and v is not None else fmt(v, unit, 4)])
+    return tabulate(rows, tablefmt="simple", headers=["metric", "value"])
+
+
+def print_summary(result: Any) -> None:
+    """Print a finished run's status and summary table (the bundle path follows)."""
+    print(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
+    print(summary_table(result.summary))

@@ -1,0 +1,171 @@
+"""Read a result bundle, refusing one that is unfinished, corrupt or newer than this kit.
+
+Reading checks the JSON files against their models; it does not check ``SHA256SUMS`` (that is
+:func:`kit.bundle.verify.verify_bundle`). Parquet tables load on first use.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ValidationError
+
+from kit.bundle.schema import (
+    SCHEMA_VERSION,
+    STEPS_SCHEMA,
+    TELEMETRY_SCHEMA,
+    Manifest,
+    MetricsFile,
+)
+from kit.bundle.writer import PARTIAL_SUFFIX
+from kit.errors import BundleError
+from kit.spec.loader import describe_validation_error
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A finished bundle whose manifest and metrics passed their schemas.
+
+    Attributes:
+        path: The bundle directory.
+        manifest: ``manifest.json`` as parsed (see :class:`Manifest`).
+        metrics: ``metrics.json`` as parsed (see :class:`MetricsFile`).
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    metrics: dict[str, Any]
+
+    @cached_property
+    def steps(self) -> pa.Table:
+        """``steps.parquet`` (:data:`STEPS_SCHEMA`), read on first access."""
+        return read_table(self.path, "steps.parquet", STEPS_SCHEMA)
+
+    @cached_property
+    def telemetry(self) -> pa.Table:
+        """``telemetry.parquet`` (:data:`TELEMETRY_SCHEMA`), read on first access."""
+        return read_table(self.path, "telemetry.parquet", TELEMETRY_SCHEMA)
+
+
+def bundle_dir(path: str | Path) -> Path:
+    """Return ``path`` if it can be a finished bundle directory.
+
+    Raises:
+        BundleError: It does not exist, is a file, or is a staging (``.partial``) directory.
+    """
+    root = Path(path)
+    if root.name.endswith(PARTIAL_SUFFIX):
+        raise BundleError(
+            f"{root} is an unfinished bundle (the staging directory of a run that never "
+            "finished writing it); rerun the workload or delete it"
+        )
+    if root.is_file():
+        raise BundleError(f"{root} is a file, not a bundle directory; unpack it first")
+    if not root.is_dir():
+        raise BundleError(f"no bundle at {root}: the directory does not exist")
+    return root
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _load_json(root: Path, name: str) -> dict[str, Any]:
+    """Parse ``root/name`` as strict JSON (no NaN/Infinity) holding one object."""
+    path = root / name
+    if not path.is_file():
+        raise BundleError(f"bundle {root}: {name} is missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError included
+        raise BundleError(f"bundle {root}: {name} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"bundle {root}: {name} is not a JSON object")
+    return data
+
+
+def _check_model(root: Path, name: str, data: dict[str, Any], model: type[BaseModel]) -> None:
+    try:
+        model.model_validate(data)
+    except ValidationError as e:
+        raise BundleError(
+            f"bundle {root}: {name} fails the schema: {describe_validation_error(e)}"
+        ) from None
+
+
+def _schema_difference(found: pa.Schema, expected: pa.Schema) -> str | None:
+    """Describe the first way ``found`` differs from ``expected``, or return None."""
+    missing = [n for n in expected.names if n not in found.names]
+    unexpected = [n for n in found.names if n not in expected.names]
+    if missing or unexpected:
+        return f"missing columns {missing}, unexpected columns {unexpected}"
+    if found.names != expected.names:
+        return "columns are out of order"
+    for got, want in zip(found, expected):
+        if got.type != want.type or got.nullable != want.nullable:
+            return (
+                f"column {got.name} is {got.type}{'' if got.nullable else ' not null'}, "
+                f"expected {want.type}{'' if want.nullable else ' not null'}"
+            )
+    return None
+
+
+def check_parquet(root: Path, name: str, expected: pa.Schema) -> None:
+    """Refuse ``root/name`` unless it is a parquet file whose schema equals ``expected``.
+
+    Raises:
+        BundleError: The file is missing, unreadable or of another schema.
+    """
+    path = root / name
+    if not path.is_file():
+        raise BundleError(f"bundle {root}: {name} is missing")
+    try:
+        found = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as e:
+        raise BundleError(f"bundle {root}: {name} is not readable parquet ({type(e).__name__})") from None
+    problem = _schema_difference(found, expected)
+    if problem:
+        raise BundleError(f"bundle {root}: {name} does not match schema v{SCHEMA_VERSION}: {problem}")
+
+
+def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
+    """Read one of a bundle's parquet files after checking its schema.
+
+    Raises:
+        BundleError: The file is missing, unreadable or of another schema.
+    """
+    check_parquet(root, name, expected)
+    try:
+        return pq.read_table(root / name)
+    except (OSError, pa.ArrowException) as e:
+        raise BundleError(f"bundle {root}: {name} is not readable parquet ({type(e).__name__})") from None
+
+
+def read_bundle(path: str | Path) -> Bundle:
+    """Open a finished bundle and check its manifest and metrics.
+
+    Args:
+        path: The bundle directory.
+
+    Raises:
+        BundleError: Not a finished bundle, unparsable or invalid JSON, or a schema version
+            newer than :data:`SCHEMA_VERSION`.
+    """
+    root = bundle_dir(path)
+    manifest = _load_json(root, "manifest.json")
+    version = manifest.get("schema_version")
+    if type(version) is not int:
+        raise BundleError(f"bundle {root}: manifest.json has no integer schema_version")
+    if version > SCHEMA_VERSION:
+        raise BundleError(
+            f"bundle {root} has schema_version {version}; this kit reads up to "
+            f"{SCHEMA_VERSION}: upgrade charllm-kit"
+        )
+    _check_model(root, "manifest.json", manifest, Manifest)
+    metrics = _load_json(root, "metrics.json")
+    _check_model(root, "metrics.json", metrics, MetricsFile)
+    return Bundle(path=root, manifest=manifest, metrics=metrics)

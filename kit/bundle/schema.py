@@ -1,0 +1,260 @@
+"""Result bundle v1: the files' schemas, with every field's meaning and unit.
+
+A bundle is the one artifact a run leaves behind (DESIGN.md, "Result bundle v1"):
+``manifest.json`` (:class:`Manifest`), ``metrics.json`` (:class:`MetricsFile`),
+``steps.parquet`` (:data:`STEPS_SCHEMA`), ``telemetry.parquet`` (:data:`TELEMETRY_SCHEMA`),
+optional ``profile/``, ``logs/rank<N>.log`` and ``SHA256SUMS``. A measurement the host cannot
+make is ``null`` with a reason, never ``0`` or ``-1``.
+"""
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, get_args
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+"""Version of the layout below; readers refuse bundles with a newer one."""
+
+Status = Literal["ok", "failed", "oom", "interrupted"]
+STATUSES: tuple[str, ...] = get_args(Status)
+"""How a run (or one rank) ended: ``ok``, an error, out of memory, or stopped by a signal."""
+
+SUMMARY_FIELDS: dict[str, str] = {
+    "step_time_s": "Median wall time of one measured optimizer step, seconds.",
+    "tokens_per_s": "Tokens trained per second over the measured steps, whole job.",
+    "tflops_per_gpu": "Achieved model TFLOP/s per device (Megatron-LM FLOP count), 1e12 FLOP/s.",
+    "mfu": "Model FLOPs utilization, 0..1: tflops_per_gpu / the platform's dense dtype peak.",
+    "energy_j_per_token": "Device energy over the measured steps per token, joules.",
+    "power_w_mean": "Mean device power over the measured steps, averaged over devices, watts.",
+    "power_w_peak": "Highest single device power sample during the measured steps, watts.",
+    "temp_gpu_c_max": "Hottest device temperature sample during the measured steps, deg C.",
+    "temp_gpu_c_spread": "Max minus min of per-device mean temperature, deg C.",
+    "clock_sm_frac_of_max": "Mean SM clock over the measured steps / the device's max, 0..1.",
+    "throttle_frac": "Fraction of device samples with any throttle bit set, 0..1.",
+    "mem_peak_gib": "Peak device memory used by any rank, GiB (2**30 bytes).",
+    "world_size": "Ranks in the job (an integer).",
+}
+"""``metrics.json`` summary keys and their meaning; always all present, ``null`` = unmeasurable."""
+
+SUMMARY_KEYS: tuple[str, ...] = tuple(SUMMARY_FIELDS)
+
+THROTTLE_BITS: dict[str, int] = {
+    "power_cap": 1,  # software power cap (NVML SwPowerCap)
+    "thermal_sw": 2,  # driver lowers clocks for temperature (NVML SwThermalSlowdown)
+    "thermal_hw": 4,  # hardware thermal protection (NVML HwThermalSlowdown)
+    "hw_slowdown": 8,  # other hardware slowdown, e.g. an external signal (NVML HwSlowdown)
+    "power_brake": 16,  # external power brake asserted (NVML HwPowerBrakeSlowdown)
+    "other": 32,  # any vendor reason that has no kit bit
+}
+"""The kit's vendor-neutral throttle reason bits, OR-ed into telemetry ``throttle``."""
+
+
+def _field(name: str, dtype: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
+    """Build a parquet column whose description travels in the file's field metadata."""
+    return pa.field(name, dtype, nullable=nullable, metadata={"description": doc})
+
+
+STEPS_SCHEMA = pa.schema(
+    [
+        _field("step", pa.int32(), "Optimizer step index, from 0, warmup included.", False),
+        _field("rank", pa.int32(), "Global rank that timed the step.", False),
+        _field("phase", pa.string(), "'warmup' or 'measured'.", False),
+        _field("t_start", pa.float64(), "Step start on the rank's host clock, unix seconds.", False),
+        _field("t_end", pa.float64(), "Step end on the rank's host clock, unix seconds.", False),
+        _field("tokens", pa.int64(), "Tokens this rank's data-parallel replica consumed.", False),
+        _field("loss", pa.float64(), "Training loss; null on ranks that do not compute it."),
+        _field("stage", pa.int32(), "Pipeline stage of the rank (0 = first).", False),
+    ]
+)
+"""``steps.parquet``: one row per step per rank."""
+
+_GPU_COLUMNS: list[pa.Field] = [
+    _field("power_w", pa.float64(), "Instantaneous board power, watts."),
+    _field("power_avg_w", pa.float64(), "Driver's windowed average power, watts."),
+    _field("energy_j", pa.float64(), "Hardware energy counter, cumulative joules."),
+    _field("temp_gpu_c", pa.float64(), "GPU temperature, deg C (which sensor: telemetry_sources)."),
+    _field("temp_mem_c", pa.float64(), "Device memory (HBM) temperature, deg C."),
+    _field("clock_sm_mhz", pa.float64(), "SM / graphics clock, MHz."),
+    _field("clock_mem_mhz", pa.float64(), "Memory clock, MHz."),
+    _field("util_gpu_pct", pa.float64(), "Driver's busy percentage, 0..100."),
+    _field("mem_used_bytes", pa.int64(), "Device memory in use, bytes."),
+    _field("throttle", pa.int64(), "Active throttle reasons, OR of THROTTLE_BITS."),
+    _field("pcie_tx_bytes", pa.int64(), "PCIe bytes sent since the sampler started (counter)."),
+    _field("pcie_rx_bytes", pa.int64(), "PCIe bytes received since the sampler started."),
+    _field("link_tx_bytes", pa.int64(), "NVLink/xGMI bytes sent since the sampler started."),
+    _field("link_rx_bytes", pa.int64(), "NVLink/xGMI bytes received since the sampler started."),
+]
+_HOST_COLUMNS: list[pa.Field] = [
+    _field("cpu_util_pct", pa.float64(), "Host CPU busy percentage over all cores, 0..100."),
+    _field("host_mem_used_bytes", pa.int64(), "Host memory in use, bytes."),
+    _field("cpu_power_w", pa.float64(), "CPU package power from RAPL, watts."),
+]
+
+TELEMETRY_FIELDS: tuple[str, ...] = tuple(f.name for f in _GPU_COLUMNS + _HOST_COLUMNS)
+"""Canonical telemetry fields, the keys of ``Manifest.telemetry_sources``."""
+
+TELEMETRY_SCHEMA = pa.schema(
+    [
+        _field("t", pa.float64(), "Sample time on the node's clock, unix seconds.", False),
+        _field("node", pa.int32(), "Node index (position in Manifest.inventory).", False),
+        _field("device", pa.int32(), "Local device index; null on host rows."),
+        _field("source", pa.string(), "'gpu' (one device) or 'host' (the node).", False),
+        *_GPU_COLUMNS,
+        *_HOST_COLUMNS,
+    ]
+)
+"""``telemetry.parquet``: one row per sample per device, plus host rows; null = not measured."""
+
+
+def _utc_now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeInventory(BaseModel):
+    """What one node was: hardware and software versions. List position = node index."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field(description="Hostname.")
+    cpu: str = Field(description="CPU model name.")
+    cpu_count: int = Field(gt=0, description="Logical CPUs.")
+    memory_bytes: int = Field(gt=0, description="Host memory, bytes.")
+    gpus: list[dict[str, Any]] = Field(
+        description="One dict per device as its driver reports it (index, name, uuid, "
+        "memory_bytes, ...); empty on cpu."
+    )
+    driver: str | None = Field(description="GPU driver version; null without GPUs.")
+    cuda: str | None = Field(description="CUDA runtime torch was built with; null if none.")
+    rocm: str | None = Field(description="ROCm (HIP) version torch was built with; null if none.")
+    python: str = Field(description="Python version.")
+    torch: str | None = Field(description="torch version; null if not importable.")
+    engine_versions: dict[str, str] = Field(
+        description="Installed engine packages by name, e.g. {'megatron-core': '0.16.0'}."
+    )
+
+
+class FieldSource(BaseModel):
+    """Which counter fed one canonical telemetry field, or why none did."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str | None = Field(description="Backend and counter, e.g. 'nvml:power.instant'.")
+    period_ms: float | None = Field(gt=0, description="Sampling period, milliseconds.")
+    reason: str | None = Field(description="Why the field is null (required when source is).")
+
+    @model_validator(mode="after")
+    def _reason_when_missing(self) -> "FieldSource":
+        if self.source is None and not self.reason:
+            raise ValueError("a field without a source needs a reason")
+        return self
+
+
+class RankRecord(BaseModel):
+    """Where one rank ran, its place in the parallel layout and how it ended."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(ge=0, description="Global rank.")
+    node: int = Field(ge=0, description="Node index (position in Manifest.inventory).")
+    local_rank: int = Field(ge=0, description="Rank on its node; device index on GPUs.")
+    stage: int = Field(ge=0, description="Pipeline stage whose layers it holds.")
+    tp_rank: int = Field(ge=0, description="Tensor-parallel rank.")
+    pp_rank: int = Field(ge=0, description="Pipeline-parallel rank.")
+    dp_rank: int = Field(ge=0, description="Data-parallel rank.")
+    status: Status = Field(description="How this rank ended.")
+    error: str | None = Field(description="This rank's error; null when ok.")
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: what ran, where, with which software, and how it ended."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    kit_version: str = Field(description="charllm-kit version that wrote the bundle.")
+    git_commit: str | None = Field(description="Kit source commit; null outside a checkout.")
+    created_utc: str = Field(
+        default_factory=_utc_now_iso, description="When the bundle was written, ISO 8601 UTC."
+    )
+    status: Status = Field(description="How the run ended.")
+    error: str | None = Field(description="Why the run did not end ok; null when ok.")
+    command: list[str] = Field(description="The command line that started the run (argv).")
+    config: dict[str, Any] = Field(description="The resolved RunConfig, as JSON.")
+    workload: dict[str, Any] = Field(
+        description="The WorkloadSpec that trained, as JSON, plus 'scaling': the ScalingRecord "
+        "(original, rule, platform) when a platform rule scaled it, else null."
+    )
+    platform: dict[str, Any] = Field(description="The PlatformSpec profile, as JSON.")
+    inventory: list[NodeInventory] = Field(description="One entry per node, in node order.")
+    telemetry_sources: dict[str, FieldSource] = Field(
+        description="Canonical telemetry field -> the counter that fed it and its period."
+    )
+    ranks: list[RankRecord] = Field(description="One entry per rank, in rank order.")
+
+    @field_validator("created_utc")
+    @classmethod
+    def _check_utc(cls, value: str) -> str:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if parsed.utcoffset() != timedelta(0):
+            raise ValueError("must be UTC (end in Z or +00:00)")
+        return value
+
+    @field_validator("workload", "platform")
+    @classmethod
+    def _check_named(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("name"), str):
+            raise ValueError("must carry a string 'name'")
+        return value
+
+    @field_validator("workload")
+    @classmethod
+    def _check_scaling(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("scaling", ...), dict | None):
+            raise ValueError("must carry 'scaling': an object or null")
+        return value
+
+    @field_validator("telemetry_sources")
+    @classmethod
+    def _check_fields(cls, value: dict[str, FieldSource]) -> dict[str, FieldSource]:
+        unknown = sorted(set(value) - set(TELEMETRY_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown telemetry fields {unknown}")
+        return value
+
+    @model_validator(mode="after")
+    def _error_iff_not_ok(self) -> "Manifest":
+        if (self.status == "ok") != (self.error is None):
+            raise ValueError("error must be null exactly when status is ok")
+        return self
+
+
+class MetricsFile(BaseModel):
+    """``metrics.json``: the summary every comparison uses, and its per-rank/device detail."""
+
+    # NaN or infinity is a bug upstream: refuse it rather than let it pass as null.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, ser_json_inf_nan="constants"
+    )
+
+    summary: dict[str, float | int | None] = Field(
+        description="Exactly SUMMARY_KEYS (see SUMMARY_FIELDS for units); null = unmeasurable."
+    )
+    per_rank: list[dict[str, Any]] = Field(
+        default_factory=list, description="One dict per rank: 'rank', 'stage' and its metrics."
+    )
+    per_device: list[dict[str, Any]] = Field(
+        default_factory=list, description="One dict per device: 'node', 'device' and its metrics."
+    )
+    notes: list[str] = Field(
+        default_factory=list, description="How metrics were derived, e.g. energy from power."
+    )
+
+    @field_validator("summary")
+    @classmethod
+    def _check_keys(cls, value: dict[str, float | int | None]) -> dict[str, float | int | None]:
+        missing = [k for k in SUMMARY_KEYS if k not in value]
+        extra = sorted(set(value) - set(SUMMARY_KEYS))
+        if missing or extra:
+            raise ValueError(f"summary keys missing {missing}, unknown {extra}")
+        return value

@@ -1,0 +1,194 @@
+"""Write a result bundle: stage it while the run goes, then publish it in one rename.
+
+A run writes into ``OUT/.<bundle_id>.partial/`` from its start: ranks append to
+``logs/rank<N>.log`` and telemetry samplers drop parquet chunks into ``telemetry-chunks/``.
+:meth:`BundleStaging.finalize` adds the data files and ``SHA256SUMS`` and renames the directory
+to ``OUT/<bundle_id>/``, so a directory without the ``.partial`` mark is always complete.
+"""
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA, Manifest, MetricsFile
+from kit.errors import BundleError
+
+SUMS_NAME = "SHA256SUMS"
+PARTIAL_SUFFIX = ".partial"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
+
+
+def new_bundle_id(workload: str, platform: str) -> str:
+    """Return a unique, sortable bundle id, e.g. ``20261122T091500Z-gpt3-tiny-cpu-3fa9c1``.
+
+    Args:
+        workload: Workload name (a YAML stem, or ``name@platform`` when scaled).
+        platform: Platform name.
+
+    Raises:
+        ValueError: A name that is not safe inside a directory name.
+    """
+    for name in (workload, platform):
+        if not _SAFE_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} cannot be part of a bundle id: use letters, digits, ._@-")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{stamp}-{workload}-{platform}-{secrets.token_hex(3)}"
+
+
+def file_sha256(path: Path) -> str:
+    """Return the hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def bundle_files(root: Path) -> list[str]:
+    """List every file under ``root`` but ``SHA256SUMS``, as sorted POSIX relative paths.
+
+    Raises:
+        BundleError: A symlink: bundles hold plain files only, so nothing points outside.
+    """
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        for name in dirnames + filenames:
+            if (base / name).is_symlink():
+                rel = (base / name).relative_to(root).as_posix()
+                raise BundleError(f"bundle {root}: symlink {rel} (bundles hold plain files only)")
+        files.extend((base / name).relative_to(root).as_posix() for name in filenames)
+    return sorted(f for f in files if f != SUMS_NAME)
+
+
+def concat_chunks(chunks_dir: Path) -> pa.Table:
+    """Join the telemetry chunks in ``chunks_dir`` (``*.parquet``, in name order) into one table.
+
+    Returns:
+        A table with :data:`TELEMETRY_SCHEMA`; empty when there are no chunks.
+
+    Raises:
+        BundleError: A chunk that is unreadable or has another schema.
+    """
+    tables = []
+    for path in sorted(Path(chunks_dir).glob("*.parquet")):
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowException) as e:
+            raise BundleError(f"telemetry chunk {path} is unreadable: {type(e).__name__}") from e
+        if not table.schema.equals(TELEMETRY_SCHEMA):
+            raise BundleError(f"telemetry chunk {path} does not have the telemetry schema")
+        tables.append(table)
+    return pa.concat_tables(tables) if tables else TELEMETRY_SCHEMA.empty_table()
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    """Flush ``tmp`` to disk and move it over ``dest`` in one step."""
+    with tmp.open("rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+
+
+def _write_json(dest: Path, model: BaseModel) -> None:
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    try:
+        text = json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False)
+    except ValueError as e:  # NaN or infinity in a free-form detail dict
+        raise ValueError(f"{dest.name}: {e}") from e
+    tmp.write_text(text + "\n", encoding="utf-8")
+    _replace(tmp, dest)
+
+
+def _write_parquet(dest: Path, table: pa.Table, schema: pa.Schema) -> None:
+    if not table.schema.equals(schema):
+        raise ValueError(f"{dest.name}: table schema {table.schema} is not {schema}")
+    for field in schema:
+        if not field.nullable and table.column(field.name).null_count:
+            raise ValueError(f"{dest.name}: column {field.name} holds nulls")
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    pq.write_table(table, tmp)
+    _replace(tmp, dest)
+
+
+class BundleStaging:
+    """The directory a run's bundle grows in until :meth:`finalize` publishes it."""
+
+    def __init__(self, out_dir: Path, bundle_id: str) -> None:
+        """Create ``out_dir/.<bundle_id>.partial/`` with empty ``logs/`` and chunk directories.
+
+        Args:
+            out_dir: Where bundles go; created when missing.
+            bundle_id: From :func:`new_bundle_id`.
+
+        Raises:
+            FileExistsError: The bundle or its staging directory already exists.
+        """
+        self._final = Path(out_dir) / bundle_id
+        self._path = Path(out_dir) / f".{bundle_id}{PARTIAL_SUFFIX}"
+        if self._final.exists():
+            raise FileExistsError(f"bundle {self._final} already exists")
+        self._path.mkdir(parents=True)
+        self.logs_dir.mkdir()
+        self.chunks_dir.mkdir()
+
+    @property
+    def path(self) -> Path:
+        """The staging directory."""
+        return self._path
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where rank N writes ``rank<N>.log``."""
+        return self._path / "logs"
+
+    @property
+    def chunks_dir(self) -> Path:
+        """Where samplers write telemetry chunks, joined by :func:`concat_chunks`.
+
+        A sampler writes each chunk under a temporary name not ending in ``.parquet`` and
+        renames it, naming chunks so that name order is time order per node
+        (e.g. ``node0-000042.parquet``).
+        """
+        return self._path / "telemetry-chunks"
+
+    def finalize(
+        self, manifest: Manifest, metrics: MetricsFile, steps: pa.Table, telemetry: pa.Table
+    ) -> Path:
+        """Write the data files and ``SHA256SUMS``, then publish the bundle.
+
+        Args:
+            manifest: The run's manifest.
+            metrics: The run's metrics.
+            steps: Step rows with :data:`STEPS_SCHEMA`.
+            telemetry: Telemetry rows with :data:`TELEMETRY_SCHEMA`, usually
+                ``concat_chunks(self.chunks_dir)``; the chunks are deleted.
+
+        Returns:
+            The published bundle directory ``OUT/<bundle_id>/``.
+
+        Raises:
+            ValueError: A table with the wrong schema or nulls in a required column.
+            FileExistsError: The final directory appeared meanwhile.
+        """
+        _write_json(self._path / "manifest.json", manifest)
+        _write_json(self._path / "metrics.json", metrics)
+        _write_parquet(self._path / "steps.parquet", steps, STEPS_SCHEMA)
+        _write_parquet(self._path / "telemetry.parquet", telemetry, TELEMETRY_SCHEMA)
+        shutil.rmtree(self.chunks_dir, ignore_errors=True)
+        lines = [f"{file_sha256(self._path / f)}  {f}\n" for f in bundle_files(self._path)]
+        tmp = self._path / f".{SUMS_NAME}.tmp"
+        tmp.write_text("".join(lines), encoding="utf-8")
+        _replace(tmp, self._path / SUMS_NAME)
+        if self._final.exists():  # os.rename would silently replace an empty directory
+            raise FileExistsError(f"bundle {self._final} already exists")
+        os.rename(self._path, self._final)
+        return self._final

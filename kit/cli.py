@@ -1,0 +1,177 @@
+"""The ``charllm-kit`` command line: click commands that parse, call one function and print.
+
+Exit codes: 0 ok; 1 the run failed (its bundle is still written); 2 bad input, reported as one
+line on stderr.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from kit.errors import KitInputError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="charllm-kit")
+def cli() -> None:
+    """Characterize distributed LLM training: performance, power and thermals."""
+
+
+@cli.command()
+@click.argument("workload")
+@click.option("--platform", help="Platform name or YAML (default: detect this host).")
+@click.option("--engine", type=click.Choice(["megatron", "deepspeed"]), default="megatron")
+@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel degree.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline parallel degree.")
+@click.option("--dp", type=int, help="Data parallel degree (default: derived).")
+@click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel degree.")
+@click.option("--cp", type=int, default=1, show_default=True, help="Context parallel degree.")
+@click.option("--vpp", type=int, help="Virtual pipeline stages per rank.")
+@click.option("--sp", is_flag=True, help="Sequence parallelism (needs --tp > 1).")
+@click.option("--micro-batch", type=int, help="Samples per micro-batch (default: workload's).")
+@click.option("--global-batch", type=int, help="Samples per step (default: workload's).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none")
+@click.option("--overlap/--no-overlap", default=False, help="Overlap grad reduce/param gather.")
+@click.option("--dist-optimizer", is_flag=True, help="Shard optimizer states over DP.")
+@click.option("--fsdp", is_flag=True, help="megatron-core FSDP.")
+@click.option("--zero", type=click.IntRange(0, 3), default=0, help="DeepSpeed ZeRO stage.")
+@click.option("--steps", type=int, default=20, show_default=True, help="Measured steps.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured steps first.")
+@click.option("--telemetry-interval-ms", type=int, default=20, show_default=True)
+@click.option("--profile", is_flag=True, help="Record a kernel profile of one step.")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Directory that receives the bundle.")
+@click.option("--dry-run", is_flag=True, help="Resolve and validate only; launch nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def run(workload: str, out: Path, dry_run: bool, as_json: bool, **opts: object) -> None:
+    """Train WORKLOAD on every rank, sample telemetry, and write one result bundle."""
+    from kit.analysis.tables import print_dry_run, print_summary
+    from kit.spec.resolve import RunRequest, resolve
+
+    opts["micro_batch_size"] = opts.pop("micro_batch")
+    opts["global_batch_size"] = opts.pop("global_batch")
+    try:
+        cfg = resolve(RunRequest(workload=workload, **opts))
+        if not dry_run:
+            from kit.spec.detect import platform_present
+
+            if not platform_present(cfg.platform):
+                raise KitInputError(
+                    f"platform {cfg.platform.name} ({cfg.platform.device_name}) is not present "
+                    "on this host; use --dry-run, or --platform cpu"
+                )
+    except KitInputError as e:
+        if as_json:
+            click.echo(json.dumps({"error": str(e)}))
+            sys.exit(2)
+        raise
+    if dry_run:
+        print_dry_run(cfg, as_json)
+        return
+    from kit.launch.session import run_session
+
+    result = run_session(cfg, out, command=sys.argv)
+    print_summary(result)
+    click.echo(str(result.bundle))
+    if result.status != "ok":
+        sys.exit(1)
+
+
+@cli.group()
+def workloads() -> None:
+    """Shipped workloads."""
+
+
+@workloads.command("list")
+def workloads_list() -> None:
+    """List shipped workloads."""
+    from kit.analysis.tables import workloads_table
+
+    click.echo(workloads_table())
+
+
+@workloads.command("show")
+@click.argument("name")
+def workloads_show(name: str) -> None:
+    """Show one workload's architecture (NAME or a YAML path)."""
+    from kit.analysis.tables import show_workload
+
+    click.echo(show_workload(name))
+
+
+@cli.group()
+def platforms() -> None:
+    """Shipped platform profiles."""
+
+
+@platforms.command("list")
+def platforms_list() -> None:
+    """List shipped platforms."""
+    from kit.analysis.tables import platforms_table
+
+    click.echo(platforms_table())
+
+
+@platforms.command("show")
+@click.argument("name")
+def platforms_show(name: str) -> None:
+    """Show one platform profile (NAME or a YAML path)."""
+    from kit.analysis.tables import show_platform
+
+    click.echo(show_platform(name))
+
+
+@platforms.command("detect")
+def platforms_detect() -> None:
+    """Print which platform this host is."""
+    from kit.spec.detect import detect_platform, local_accelerator_names
+
+    spec = detect_platform()
+    devices = ", ".join(local_accelerator_names()) or "no accelerators"
+    click.echo(f"{spec.name}\t{spec.device_name} ({devices})")
+
+
+@cli.group()
+def bundle() -> None:
+    """Inspect result bundles."""
+
+
+@bundle.command("show")
+@click.argument("path", type=click.Path(path_type=Path))
+def bundle_show(path: Path) -> None:
+    """Summarize one bundle."""
+    from kit.bundle.reader import read_bundle
+    from kit.bundle.show import format_bundle
+
+    click.echo(format_bundle(read_bundle(path)))
+
+
+@bundle.command("verify")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def bundle_verify(paths: tuple[Path, ...]) -> None:
+    """Check bundles' checksums and schemas; exit 2 naming the first bad file."""
+    from kit.bundle.verify import verify_bundle
+
+    for p in paths:
+        files = verify_bundle(p)
+        click.echo(f"ok  {p}  ({len(files)} files)")
+
+
+def main() -> None:
+    """Console entry point: run the CLI and map errors to exit codes with one-line messages."""
+    try:
+        cli.main(standalone_mode=False)
+    except KitInputError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)

@@ -1,0 +1,28 @@
+"""Training engines behind one interface (see :mod:`kit.engines.base`).
+
+Engines import their frameworks lazily: ``engine_violations`` and ``build_engine`` load
+megatron-core or DeepSpeed only when a run really needs them.
+"""
+
+from kit.engines.base import Engine
+from kit.spec.run import RunConfig
+
+
+def engine_violations(cfg: RunConfig) -> list[str]:
+    """Layout and option choices the selected engine cannot run on the selected platform."""
+    if cfg.engine == "megatron":
+        from kit.engines.megatron.support import megatron_violations
+
+        return megatron_violations(cfg)
+    return [
+        "the deepspeed engine is not available in this kit version yet; use --engine megatron"
+    ]
+
+
+def build_engine(cfg: RunConfig) -> Engine:
+    """Instantiate the engine ``cfg`` selects."""
+    if cfg.engine == "megatron":
+        from kit.engines.megatron.engine import MegatronEngine
+
+        return MegatronEngine()
+    raise ValueError(f"unknown engine {cfg.engine}")

@@ -1,0 +1,72 @@
+"""The small interface every training engine implements, and what one step reports."""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from kit.spec.run import RunConfig
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where one rank sits in the parallel layout (filled in by the engine after setup)."""
+
+    rank: int
+    local_rank: int
+    node: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    cp_rank: int = 0
+    ep_rank: int = 0
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step produced on one rank."""
+
+    loss: float | None
+    """Mean training loss of the step on this rank (null on ranks that compute none)."""
+    tokens: int
+    """Tokens this rank's data-parallel replica consumed in the step."""
+
+
+@dataclass
+class EngineInfo:
+    """Versions and choices an engine reports for the manifest."""
+
+    versions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Engine(ABC):
+    """A training back end: builds the model for one rank and runs optimizer steps."""
+
+    name: str
+    device: torch.device
+    """The device this rank computes on (set by ``setup``)."""
+
+    @abstractmethod
+    def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
+        """Initialize process groups, model, optimizer and data for this rank."""
+
+    @abstractmethod
+    def train_step(self, step: int) -> StepResult:
+        """Run one optimizer step (all its micro-batches); return when this rank is done."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait for this rank's device work to finish (a no-op on CPU)."""
+
+    @abstractmethod
+    def peak_memory_bytes(self) -> int | None:
+        """Peak device memory allocated by this rank so far (null where not measurable)."""
+
+    @abstractmethod
+    def info(self) -> EngineInfo:
+        """Versions and notes for the manifest."""
+
+    @abstractmethod
+    def teardown(self) -> None:
+        """Release process groups and device memory."""

@@ -1,0 +1,1 @@
+"""The megatron-core engine: the kit's reference training back end."""

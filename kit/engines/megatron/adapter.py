@@ -1,0 +1,54 @@
+"""The one place that knows how megatron-core versions differ (0.16 through 0.19).
+
+Everything else in the engine calls these functions instead of megatron-core APIs whose
+signatures moved between releases.
+"""
+
+import inspect
+from functools import lru_cache
+from typing import Any
+
+from packaging.version import Version
+
+SUPPORTED = (Version("0.16"), Version("0.20"))
+
+
+@lru_cache(maxsize=1)
+def mcore_version() -> Version:
+    """Installed megatron-core version; refuses one outside the supported range."""
+    from importlib.metadata import version
+
+    v = Version(version("megatron-core"))
+    if not SUPPORTED[0] <= v < SUPPORTED[1]:
+        raise RuntimeError(f"megatron-core {v} is not supported; install >=0.16,<0.20")
+    return v
+
+
+def local_layer_spec(num_experts: int | None, rms_norm: bool) -> Any:
+    """megatron-core's local (no Transformer Engine) GPT layer spec."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    params = inspect.signature(get_gpt_layer_local_spec).parameters
+    kwargs: dict[str, Any] = {"num_experts": num_experts, "moe_grouped_gemm": False}
+    if "normalization" in params:
+        kwargs["normalization"] = "RMSNorm" if rms_norm else "LayerNorm"
+    return get_gpt_layer_local_spec(**kwargs)
+
+
+def initialize_model_parallel(tp: int, pp: int, cp: int, ep: int, vpp: int | None) -> None:
+    """Create megatron-core's process groups for this layout."""
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+    )
+
+
+def forward_backward_kwargs(forward_backward_func: Any) -> dict[str, Any]:
+    """Keyword arguments of the schedule call that older releases lack."""
+    params = inspect.signature(forward_backward_func).parameters
+    return {"decoder_seq_length": None} if "decoder_seq_length" in params else {}

@@ -1,0 +1,242 @@
+"""The megatron-core training engine: one rank's model, optimizer and step loop.
+
+On GPUs it uses megatron-core end to end: its DDP wrapper (contiguous grad buffers, optional
+overlap and distributed optimizer) and its mixed-precision optimizer. On a CPU platform the
+grad buffers of that wrapper would be allocated on cuda, so data parallelism is a plain
+all-reduce of gradients over the data-parallel group and the optimizer is torch AdamW.
+"""
+
+import os
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
+from kit.engines.data import SyntheticTokens
+from kit.engines.megatron import adapter
+from kit.engines.megatron.model import build_model_chunks, transformer_config
+from kit.spec.run import RunConfig
+
+
+def _loss_func(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    loss = output_tensor.float().mean()
+    # clone: megatron's schedule divides the returned loss in place by the micro-batch count,
+    # and a detached view would share that storage.
+    return loss, {"lm loss": loss.detach().clone()}
+
+
+def _forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    batch = next(data_iterator)
+    out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    return out, partial(_loss_func)
+
+
+class MegatronEngine(Engine):
+    """Train a megatron-core GPTModel on synthetic tokens."""
+
+    name = "megatron"
+
+    def __init__(self) -> None:
+        self.cfg: RunConfig | None = None
+        self._cpu_mode: Any = None
+
+    def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
+        """Create process groups and build model, optimizer and data for this rank."""
+        from megatron.core import parallel_state as ps
+
+        self.cfg = cfg
+        cpu = cfg.platform.is_cpu
+        if cpu:
+            from kit.engines.megatron.cpu_compat import apply_cpu_compat
+
+            self._cpu_mode = apply_cpu_compat()
+            self._cpu_mode.__enter__()
+            self.device = torch.device("cpu")
+        else:
+            torch.cuda.set_device(local_rank)
+            self.device = torch.device("cuda", local_rank)
+        dist.init_process_group(
+            backend="gloo" if cpu else "nccl",
+            rank=rank,
+            world_size=world_size,
+            **({} if cpu else {"device_id": self.device}),
+        )
+        p = cfg.parallel
+        adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
+        torch.manual_seed(cfg.seed)
+        if not cpu:
+            from megatron.core import tensor_parallel
+
+            tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
+
+        self.config = transformer_config(cfg)
+        chunks = build_model_chunks(cfg, self.config)
+        if cpu:
+            self.model = chunks
+            self._params = [q for c in chunks for q in c.parameters()]
+            self.optimizer: Any = torch.optim.AdamW(
+                self._params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1
+            )
+            self.config.finalize_model_grads_func = self._allreduce_grads_cpu
+        else:
+            self._wrap_gpu(chunks)
+
+        self.data = SyntheticTokens(
+            vocab_size=cfg.workload.vocab_size,
+            seq_length=cfg.workload.seq_length,
+            micro_batch_size=cfg.micro_batch_size,
+            seed=cfg.seed,
+            dp_rank=ps.get_data_parallel_rank(),
+            dp_size=p.dp,
+        )
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        self._fwd_bwd = get_forward_backward_func()
+        self._is_last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
+        return RankPlacement(
+            rank=rank,
+            local_rank=local_rank,
+            node=int(os.environ.get("GROUP_RANK", "0")),
+            tp_rank=ps.get_tensor_model_parallel_rank(),
+            pp_rank=ps.get_pipeline_model_parallel_rank(),
+            dp_rank=ps.get_data_parallel_rank(),
+            cp_rank=ps.get_context_parallel_rank(),
+            ep_rank=ps.get_expert_model_parallel_rank(),
+        )
+
+    def _wrap_gpu(self, chunks: list[torch.nn.Module]) -> None:
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.transformer.module import Float16Module
+
+        cfg = self.cfg
+        assert cfg is not None
+        o = cfg.optim
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True,
+            overlap_grad_reduce=o.overlap,
+            overlap_param_gather=o.overlap and o.dist_optimizer,
+            use_distributed_optimizer=o.dist_optimizer,
+            bucket_size=40_000_000 if o.overlap else None,
+        )
+        wrapped = []
+        for i, chunk in enumerate(chunks):
+            chunk.cuda(torch.cuda.current_device())
+            if cfg.dtype in ("bf16", "fp16"):
+                chunk = Float16Module(self.config, chunk)
+            wrapped.append(
+                DistributedDataParallel(
+                    config=self.config,
+                    ddp_config=ddp_config,
+                    module=chunk,
+                    disable_bucketing=i > 0,
+                )
+            )
+        self.model = wrapped
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="adam",
+                lr=cfg.lr,
+                weight_decay=0.1,
+                adam_beta1=0.9,
+                adam_beta2=0.95,
+                clip_grad=1.0,
+                bf16=cfg.dtype == "bf16",
+                fp16=cfg.dtype == "fp16",
+                params_dtype=torch.float32,
+                use_distributed_optimizer=o.dist_optimizer,
+            ),
+            wrapped,
+        )
+        self.config.finalize_model_grads_func = finalize_model_grads
+        self.config.no_sync_func = [m.no_sync for m in wrapped]
+        if len(wrapped) == 1:
+            self.config.no_sync_func = self.config.no_sync_func[0]
+        if o.overlap:
+            self.config.grad_sync_func = [m.start_grad_sync for m in wrapped]
+            if len(wrapped) == 1:
+                self.config.grad_sync_func = self.config.grad_sync_func[0]
+
+    def _allreduce_grads_cpu(self, model: list[torch.nn.Module], *args: Any, **kwargs: Any) -> None:
+        """Average gradients over the data-parallel group (the CPU stand-in for megatron DDP)."""
+        from megatron.core import parallel_state as ps
+
+        if ps.get_data_parallel_world_size() == 1:
+            return
+        group = ps.get_data_parallel_group()
+        grads = [q.grad for q in self._params if q.grad is not None]
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=group)
+        flat /= ps.get_data_parallel_world_size()
+        for g, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+            g.copy_(synced)
+
+    def train_step(self, step: int) -> StepResult:
+        """Run the micro-batches of one global batch through megatron-core's schedule."""
+        cfg = self.cfg
+        assert cfg is not None
+        num_micro = cfg.grad_accum_steps
+        if cfg.platform.is_cpu:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            for m in self.model:
+                m.zero_grad_buffer()
+            self.optimizer.zero_grad()
+        chunks = len(self.model)
+        iters = [self.data.step_iterator(step, num_micro, self.device) for _ in range(chunks)]
+        losses = self._fwd_bwd(
+            forward_step_func=_forward_step,
+            data_iterator=iters if chunks > 1 else iters[0],
+            model=self.model if chunks > 1 else self.model[0],
+            num_microbatches=num_micro,
+            seq_length=cfg.workload.seq_length,
+            micro_batch_size=cfg.micro_batch_size,
+            forward_only=False,
+            **adapter.forward_backward_kwargs(self._fwd_bwd),
+        )
+        self.optimizer.step()
+        loss = None
+        if self._is_last_stage and losses:
+            loss = float(torch.stack([x["lm loss"] for x in losses]).mean())
+        tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
+        return StepResult(loss=loss, tokens=tokens)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak allocated device memory (CPU: the process's peak RSS)."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+    def info(self) -> EngineInfo:
+        """Versions of torch and megatron-core, and the attention implementation."""
+        notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)"]
+        if self.cfg is not None and self.cfg.platform.is_cpu:
+            notes.append("cpu: megatron-core with kit.engines.megatron.cpu_compat; DP by gloo all-reduce")
+        return EngineInfo(
+            versions={"torch": torch.__version__, "megatron-core": str(adapter.mcore_version())},
+            notes=notes,
+        )
+
+    def teardown(self) -> None:
+        """Destroy process groups."""
+        from megatron.core import parallel_state as ps
+
+        ps.destroy_model_parallel()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if self._cpu_mode is not None:
+            self._cpu_mode.__exit__(None, None, None)
+            self._cpu_mode = None

@@ -1,0 +1,53 @@
+"""Show training progress while ranks run, from the lines rank 0 appends to progress.jsonl."""
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class ProgressWatcher:
+    """Poll ``progress.jsonl`` and draw a bar on a terminal, or print one line per step."""
+
+    def __init__(self, path: Path, total: int, warmup: int, label: str) -> None:
+        self.path, self.total, self.warmup, self.label = path, total, warmup, label
+        self._offset = 0
+        self._console = Console(stderr=True)
+        self._bar: Progress | None = None
+        self._task: int | None = None
+        if self._console.is_terminal:
+            self._bar = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self._console,
+            )
+            self._task = self._bar.add_task(label, total=total, info="starting ranks")
+            self._bar.start()
+        else:
+            print(f"{label}: starting {total} steps ({warmup} warmup)", file=sys.stderr)
+
+    def poll(self) -> None:
+        """Read new step lines and show them."""
+        if not self.path.is_file():
+            return
+        with self.path.open() as f:
+            f.seek(self._offset)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self._offset += len(complete.encode())
+        for line in complete.splitlines():
+            rec = json.loads(line)
+            phase = "warmup" if rec["step"] < self.warmup else "measured"
+            loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
+            info = f"{phase} {rec['dt']:.3f}s/step loss {loss}"
+            if self._bar is not None and self._task is not None:
+                self._bar.update(self._task, completed=rec["step"] + 1, info=info)
+            else:
+                print(f"{self.label}: step {rec['step'] + 1}/{self.total} {info}", file=sys.stderr)
+
+    def close(self) -> None:
+        """Stop drawing."""
+        self.poll()
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,79 @@
+"""The files a rank and its launcher exchange inside the bundle's staging directory.
+
+``run-config.json`` (the resolved RunConfig, written by the launcher), ``ranks/rank<N>.json``
+(each rank's result, written atomically at exit) and ``progress.jsonl`` (one line per step,
+appended by rank 0, read by the launcher to show progress).
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.spec.run import RunConfig
+
+CONFIG_FILE = "run-config.json"
+PROGRESS_FILE = "progress.jsonl"
+RANKS_DIR = "ranks"
+
+
+@dataclass
+class StepRecord:
+    """One step on one rank; times are unix seconds after device synchronization."""
+
+    step: int
+    phase: str
+    t_start: float
+    t_end: float
+    tokens: int
+    loss: float | None
+
+
+@dataclass
+class RankResult:
+    """What one rank reports at exit."""
+
+    rank: int
+    local_rank: int
+    node: int
+    status: str = "failed"
+    error: str | None = None
+    placement: dict[str, int] = field(default_factory=dict)
+    steps: list[StepRecord] = field(default_factory=list)
+    mem_peak_bytes: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def write_config(staging: Path, cfg: RunConfig) -> None:
+    """Store the resolved config for the ranks to read."""
+    write_json_atomic(staging / CONFIG_FILE, cfg.model_dump(mode="json"))
+
+
+def read_config(staging: Path) -> RunConfig:
+    """Load the resolved config a launcher stored."""
+    return RunConfig.model_validate_json((staging / CONFIG_FILE).read_text())
+
+
+def write_rank_result(staging: Path, result: RankResult) -> None:
+    """Store one rank's result."""
+    write_json_atomic(staging / RANKS_DIR / f"rank{result.rank}.json", asdict(result))
+
+
+def read_rank_result(staging: Path, rank: int) -> RankResult | None:
+    """Load one rank's result, or None when the rank died before writing it."""
+    path = staging / RANKS_DIR / f"rank{rank}.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    data["steps"] = [StepRecord(**s) for s in data["steps"]]
+    return RankResult(**data)

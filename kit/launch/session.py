@@ -1,0 +1,215 @@
+"""One run from resolved config to published bundle.
+
+Order: staging directory -> telemetry sampler (own process) -> ranks -> sampler stopped ->
+step records, telemetry and metrics assembled -> bundle finalized. Whatever happens after
+staging exists (a rank failure, Ctrl-C, a bug in assembly of one part), a bundle is published
+whose manifest says how the run ended.
+"""
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import kit
+from kit.analysis.metrics import summarize
+from kit.bundle.schema import (
+    STEPS_SCHEMA,
+    TELEMETRY_FIELDS,
+    FieldSource,
+    Manifest,
+    MetricsFile,
+    RankRecord,
+)
+from kit.bundle.writer import BundleStaging, concat_chunks, new_bundle_id
+from kit.launch.inventory import node_inventory
+from kit.launch.local import LaunchOutcome, launch_local
+from kit.launch.progress import ProgressWatcher
+from kit.launch.rankfile import (
+    CONFIG_FILE,
+    PROGRESS_FILE,
+    RANKS_DIR,
+    RankResult,
+    read_rank_result,
+    write_config,
+)
+from kit.spec.run import RunConfig
+from kit.telemetry.base import TelemetryError
+from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
+
+
+@dataclass
+class SessionResult:
+    """What the CLI prints after a run."""
+
+    bundle: Path
+    status: str
+    error: str | None
+    summary: dict[str, Any]
+    cfg: RunConfig
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(Path(kit.__file__).parent), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=True,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def overall_status(
+    cfg: RunConfig, outcome: LaunchOutcome, results: list[RankResult | None]
+) -> tuple[str, str | None]:
+    """Fold per-rank results into the run's status and first error."""
+    for r, res in enumerate(results):
+        if res is not None and res.status in ("failed", "oom"):
+            return res.status, res.error
+    missing = [r for r, res in enumerate(results) if res is None]
+    if missing:
+        codes = ", ".join(f"rank {r} exit {outcome.exit_codes.get(r)}" for r in missing)
+        return "failed", f"ranks ended without a result ({codes}); see logs/"
+    if outcome.interrupted or any(res.status == "interrupted" for res in results if res):
+        return "interrupted", "stopped by a signal before all steps ran"
+    return "ok", None
+
+
+def steps_table(results: list[RankResult | None]) -> pa.Table:
+    """Rows of ``steps.parquet`` from every rank that reported."""
+    rows = []
+    for res in results:
+        if res is None:
+            continue
+        stage = res.placement.get("pp_rank", 0)
+        for s in res.steps:
+            rows.append({"step": s.step, "rank": res.rank, "phase": s.phase, "t_start": s.t_start,
+                         "t_end": s.t_end, "tokens": s.tokens, "loss": s.loss, "stage": stage})
+    return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
+
+
+def rank_records(cfg: RunConfig, results: list[RankResult | None], status: str) -> list[RankRecord]:
+    """Manifest entries for every rank, including ranks that died silently."""
+    out = []
+    for r, res in enumerate(results):
+        pl = res.placement if res else {}
+        rank_status = res.status if res else "failed"
+        if rank_status == "ok" and status == "interrupted":
+            rank_status = "interrupted"
+        out.append(RankRecord(
+            rank=r, node=res.node if res else 0, local_rank=res.local_rank if res else r,
+            stage=pl.get("pp_rank", 0), tp_rank=pl.get("tp_rank", 0),
+            pp_rank=pl.get("pp_rank", 0), dp_rank=pl.get("dp_rank", 0),
+            status=rank_status,
+            error=(res.error if res else "no result: killed or crashed, see its log")
+            if rank_status != "ok" else None,
+        ))
+    return out
+
+
+def telemetry_plan(cfg: RunConfig) -> tuple[list[SourceSpec], str]:
+    """Sources to sample on this node, and why the fields no source fills are empty."""
+    if cfg.platform.is_cpu:
+        return [("host", {"node": 0})], "no GPU on the cpu platform"
+    return [("host", {"node": 0})], (
+        f"GPU telemetry backends ({', '.join(b for b in cfg.platform.telemetry if b != 'host')}) "
+        "are not in this kit version yet"
+    )
+
+
+def telemetry_sources(
+    report: SamplerReport | None, interval_ms: int, why: str
+) -> dict[str, FieldSource]:
+    """Which backend fed each canonical field at what period, or why none did."""
+    out: dict[str, FieldSource] = {}
+    for name in TELEMETRY_FIELDS:
+        reason = why
+        for src, fields in (report.sources if report else {}).items():
+            info = fields.get(name)
+            if info is None:
+                continue
+            if info.readable:
+                period = report.mean_period_ms if report and report.mean_period_ms else interval_ms
+                out[name] = FieldSource(source=src, period_ms=float(period), reason=None)
+                break
+            reason = f"{src}: {info.reason}"
+        else:
+            out[name] = FieldSource(source=None, period_ms=None, reason=reason)
+    return out
+
+
+def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
+    """Launch ``cfg``, sample telemetry, and publish its bundle under ``out``."""
+    staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
+    write_config(staging.path, cfg)
+    sources, missing_why = telemetry_plan(cfg)
+    sampler = TelemetrySampler(
+        sources, interval_ms=cfg.telemetry_interval_ms, chunks_dir=staging.chunks_dir
+    )
+    report: SamplerReport | None = None
+    telemetry_notes: list[str] = []
+    outcome = LaunchOutcome()
+    label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
+    watcher = ProgressWatcher(staging.path / PROGRESS_FILE, cfg.total_steps, cfg.warmup, label)
+    launch_error: str | None = None
+    try:
+        try:
+            sampler.start()
+        except TelemetryError as e:  # telemetry is lost, the run is not
+            telemetry_notes.append(f"telemetry: sampler did not start: {e}")
+        outcome = launch_local(cfg, staging.path, staging.logs_dir, on_poll=watcher.poll)
+    except Exception as e:  # the launcher itself broke: still publish a bundle saying so
+        launch_error = f"launcher: {type(e).__name__}: {e}"
+    finally:
+        watcher.close()
+        if not telemetry_notes:
+            try:
+                report = sampler.stop()
+            except TelemetryError as e:
+                telemetry_notes.append(f"telemetry: {e}")
+
+    results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
+    status, error = overall_status(cfg, outcome, results)
+    if launch_error:
+        status, error = "failed", launch_error
+    steps = steps_table(results)
+    telemetry = concat_chunks(staging.chunks_dir)
+    summary, notes = summarize(cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r])
+    notes += [n for r in results[:1] if r for n in r.notes]
+    notes += telemetry_notes
+    if report is not None:
+        notes += [f"telemetry: {e.source} failed at {e.t:.3f}: {e.message}" for e in report.errors]
+    metrics = MetricsFile(
+        summary=summary,
+        per_rank=[{"rank": r.rank, "status": r.status, "mem_peak_bytes": r.mem_peak_bytes,
+                   "measured_steps": sum(s.phase == "measured" for s in r.steps), **r.placement}
+                  for r in results if r],
+        per_device=[],
+        notes=notes,
+    )
+    inventory = node_inventory()
+    manifest = Manifest(
+        kit_version=kit.__version__,
+        git_commit=_git_commit(),
+        created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        status=status,
+        error=error,
+        command=list(command),
+        config=cfg.model_dump(mode="json"),
+        workload={**cfg.workload.model_dump(mode="json"),
+                  "scaling": cfg.scaling.model_dump(mode="json") if cfg.scaling else None},
+        platform=cfg.platform.model_dump(mode="json"),
+        inventory=[inventory],
+        telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
+        ranks=rank_records(cfg, results, status),
+    )
+    (staging.path / CONFIG_FILE).unlink(missing_ok=True)
+    (staging.path / PROGRESS_FILE).unlink(missing_ok=True)
+    shutil.rmtree(staging.path / RANKS_DIR, ignore_errors=True)
+    path = staging.finalize(manifest, metrics, steps, telemetry)
+    return SessionResult(bundle=path, status=status, error=error, summary=summary, cfg=cfg)

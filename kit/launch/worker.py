@@ -1,0 +1,107 @@
+"""Entry point of one training rank: ``python -m kit.launch.worker STAGING_DIR``.
+
+Reads the resolved config, runs warmup and measured steps through the engine and writes its
+:class:`~kit.launch.rankfile.RankResult`. SIGTERM/SIGINT set a flag; at the next step boundary
+all ranks agree (an all-reduce of the flag) and stop together with status ``interrupted``, so a
+stopped run still yields complete step records.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from kit.engines import build_engine
+from kit.launch.rankfile import (
+    PROGRESS_FILE,
+    RankResult,
+    StepRecord,
+    read_config,
+    write_rank_result,
+)
+
+
+class _StopFlag:
+    def __init__(self) -> None:
+        self.set = False
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.set = True
+
+
+def _any_rank_stopping(flag: _StopFlag, device: torch.device) -> bool:
+    """All-reduce the stop flag; doubles as the barrier that aligns every step's start."""
+    t = torch.tensor([1 if flag.set else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def run_rank(staging: Path) -> int:
+    """Run this rank to completion; return its exit code."""
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    node = int(os.environ.get("GROUP_RANK", "0"))
+    result = RankResult(rank=rank, local_rank=local_rank, node=node)
+    flag = _StopFlag()
+    engine = None
+    progress = (staging / PROGRESS_FILE).open("a") if rank == 0 else None
+    try:
+        cfg = read_config(staging)
+        engine = build_engine(cfg)
+        placement = engine.setup(cfg, rank, local_rank, world)
+        result.placement = {k: v for k, v in vars(placement).items() if k.endswith("_rank")}
+        info = engine.info()
+        result.versions, result.notes = info.versions, info.notes
+        print(f"rank {rank}: placement {result.placement}", flush=True)
+        status = "ok"
+        for step in range(cfg.total_steps):
+            if _any_rank_stopping(flag, engine.device):
+                status = "interrupted"
+                break
+            engine.synchronize()
+            t0 = time.time()
+            out = engine.train_step(step)
+            engine.synchronize()
+            t1 = time.time()
+            phase = "warmup" if step < cfg.warmup else "measured"
+            result.steps.append(StepRecord(step, phase, t0, t1, out.tokens, out.loss))
+            print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
+            if progress is not None:
+                progress.write(json.dumps({"step": step, "dt": t1 - t0, "loss": out.loss}) + "\n")
+                progress.flush()
+        result.status = status
+        result.mem_peak_bytes = engine.peak_memory_bytes()
+        return 0
+    except torch.OutOfMemoryError as e:
+        result.status, result.error = "oom", f"rank {rank}: out of memory: {e}".splitlines()[0]
+        traceback.print_exc()
+        return 1
+    except Exception as e:  # any failure ends up in the bundle, not only in a log
+        result.status = "failed"
+        result.error = f"rank {rank}: {type(e).__name__}: {e}".splitlines()[0]
+        traceback.print_exc()
+        return 1
+    finally:
+        if engine is not None and result.mem_peak_bytes is None:
+            try:
+                result.mem_peak_bytes = engine.peak_memory_bytes()
+            except Exception:  # the device may be unusable after a failure
+                pass
+        write_rank_result(staging, result)
+        if progress is not None:
+            progress.close()
+        if engine is not None and result.status in ("ok", "interrupted"):
+            engine.teardown()
+
+
+if __name__ == "__main__":
+    sys.exit(run_rank(Path(sys.argv[1])))

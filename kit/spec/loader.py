@@ -1,0 +1,79 @@
+"""Load workload and platform YAML files into validated specs, with one-line errors."""
+
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kit.errors import KitInputError
+from kit.paths import platforms_dir, workloads_dir
+from kit.spec.platform import PlatformSpec
+from kit.spec.workload import WorkloadSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """Condense a pydantic error into one line: ``field: message; field: message``."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def load_yaml_model(path: Path, model: type[M]) -> M:
+    """Parse ``path`` with the safe YAML loader and validate it as ``model``."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise KitInputError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise KitInputError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise KitInputError(f"{path}: expected a mapping at the top level")
+    data.setdefault("name", path.stem)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise KitInputError(f"{path}: {describe_validation_error(e)}") from None
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def _resolve(name_or_path: str, directory: Path, kind: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml"):
+        if not candidate.is_file():
+            raise KitInputError(f"{kind} file not found: {candidate}")
+        return candidate
+    path = directory / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(_names(directory))
+        raise KitInputError(f"unknown {kind} '{name_or_path}'; known: {known}")
+    return path
+
+
+def workload_names() -> list[str]:
+    """Names of the shipped workloads."""
+    return _names(workloads_dir())
+
+
+def platform_names() -> list[str]:
+    """Names of the shipped platforms."""
+    return _names(platforms_dir())
+
+
+def load_workload(name_or_path: str) -> WorkloadSpec:
+    """Load a shipped workload by name, or any workload YAML by path."""
+    return load_yaml_model(_resolve(name_or_path, workloads_dir(), "workload"), WorkloadSpec)
+
+
+def load_platform(name_or_path: str) -> PlatformSpec:
+    """Load a shipped platform by name, or any platform YAML by path."""
+    return load_yaml_model(_resolve(name_or_path, platforms_dir(), "platform"), PlatformSpec)

@@ -1,0 +1,88 @@
+"""Platform profiles: what one node of a machine type offers, as declared in YAML."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kit.spec.workload import ScalingRule
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+
+
+class Interconnect(BaseModel):
+    """One link type, e.g. NVLink 4 inside a node or InfiniBand NDR between nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Link name, e.g. 'NVLink 4'.")
+    scope: Literal["intra_node", "inter_node", "host"] = Field(description="What it connects.")
+    bandwidth_gbps: float = Field(
+        gt=0, description="Unidirectional GB/s (gigabytes) per device, as the vendor states it."
+    )
+
+
+class DevicePosition(BaseModel):
+    """Where one device sits in the chassis, for thermal plots laid out like the hardware."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device: int = Field(ge=0, description="Local device index (CUDA/HIP ordinal).")
+    slot: str = Field(description="Vendor's slot or package label, e.g. 'SXM3' or 'OAM1/GCD0'.")
+    row: int = Field(ge=0, description="Row in the chassis top view; 0 = front (cool air in).")
+    col: int = Field(ge=0, description="Column in the chassis top view; 0 = left.")
+
+
+class PlatformSpec(BaseModel):
+    """One platform: a node type with its devices, peaks, links and telemetry sources."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Unique name, equal to the YAML file's stem.")
+    vendor: Literal["nvidia", "amd", "cpu"] = Field(description="Device vendor.")
+    description: str = Field("", description="One line for `platforms list`.")
+    device_name: str = Field(description="Marketing name of one device, e.g. 'H100 SXM5 80GB'.")
+    detect_names: list[str] = Field(
+        default_factory=list,
+        description="Substrings of the driver-reported device name that identify this platform.",
+    )
+    devices_per_node: int | None = Field(
+        None, gt=0, description="Accelerators per node; null on cpu (ranks are processes)."
+    )
+    memory_per_device_gib: float | None = Field(
+        None, gt=0, description="Device memory in GiB; null on cpu (host memory is shared)."
+    )
+    peak_tflops: dict[Dtype, float] = Field(
+        default_factory=dict,
+        description="Dense peak TFLOP/s per device and dtype; MFU is null for a dtype not listed.",
+    )
+    dtype: Dtype = Field(description="Training dtype on this platform.")
+    interconnects: list[Interconnect] = Field(default_factory=list)
+    comm_backend: Literal["gloo", "nccl", "rccl"] = Field(description="torch.distributed backend.")
+    telemetry: list[Literal["nvml", "amdsmi", "zeus", "host", "replay"]] = Field(
+        description="Telemetry backends to try, in order of preference."
+    )
+    container_image: str | None = Field(None, description="Image that carries the kit for it.")
+    chassis: list[DevicePosition] = Field(
+        default_factory=list, description="Physical position of each local device."
+    )
+    scaling: dict[str, ScalingRule] = Field(
+        default_factory=dict,
+        description="Workloads that do not fit this platform, by name, and how to scale them.",
+    )
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether ranks are plain CPU processes."""
+        return self.vendor == "cpu"
+
+    @model_validator(mode="after")
+    def _check_devices(self) -> "PlatformSpec":
+        if self.vendor != "cpu" and self.devices_per_node is None:
+            raise ValueError("devices_per_node is required for a GPU platform")
+        if self.chassis and self.devices_per_node is not None:
+            seen = sorted(p.device for p in self.chassis)
+            if seen != list(range(self.devices_per_node)):
+                raise ValueError(
+                    f"chassis lists devices {seen}, expected 0..{self.devices_per_node - 1}"
+                )
+        return self

@@ -1,0 +1,129 @@
+"""Turn a workload name, a platform and the user's overrides into one validated RunConfig."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kit.errors import KitInputError
+from kit.spec.detect import detect_platform
+from kit.spec.loader import describe_validation_error, load_platform, load_workload
+from kit.spec.platform import PlatformSpec
+from kit.spec.run import OptimizationConfig, ParallelConfig, Recompute, RunConfig
+from kit.spec.validate import layout_violations
+from kit.spec.workload import ScalingRecord, WorkloadSpec
+
+
+class RunRequest(BaseModel):
+    """What a user asked for; ``None`` means "the default for this workload and platform"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str
+    platform: str | None = Field(None, description="Platform name or YAML; null = detect.")
+    engine: Literal["megatron", "deepspeed"] = "megatron"
+    launcher: Literal["local", "slurm"] = "local"
+    nodes: int = Field(1, gt=0)
+    tp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0)
+    dp: int | None = Field(None, gt=0)
+    cp: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0)
+    vpp: int | None = Field(None, gt=0)
+    sp: bool = False
+    micro_batch_size: int | None = Field(None, gt=0)
+    global_batch_size: int | None = Field(None, gt=0)
+    recompute: Recompute = "none"
+    overlap: bool = False
+    dist_optimizer: bool = False
+    fsdp: bool = False
+    zero: Literal[0, 1, 2, 3] = 0
+    steps: int = Field(20, gt=0)
+    warmup: int = Field(3, ge=0)
+    telemetry_interval_ms: int = Field(20, gt=0)
+    profile: bool = False
+    seed: int = 1234
+
+
+def apply_scaling(workload: WorkloadSpec, platform: PlatformSpec) -> tuple[WorkloadSpec, ScalingRecord | None]:
+    """Scale ``workload`` by ``platform``'s declared rule for it, recording the provenance."""
+    rule = platform.scaling.get(workload.name)
+    if rule is None:
+        return workload, None
+    data = workload.model_dump()
+    unknown = set(rule.set) - set(data)
+    if unknown:
+        raise KitInputError(
+            f"platform {platform.name}: scaling rule for {workload.name} sets unknown fields "
+            f"{sorted(unknown)}"
+        )
+    data.update(rule.set)
+    data["name"] = f"{workload.name}@{platform.name}"
+    data["description"] = f"{workload.description} (scaled for {platform.name}: {rule.reason})"
+    try:
+        scaled = WorkloadSpec.model_validate(data)
+    except ValidationError as e:
+        raise KitInputError(
+            f"platform {platform.name}: scaling rule for {workload.name} gives an invalid "
+            f"architecture: {describe_validation_error(e)}"
+        ) from None
+    return scaled, ScalingRecord(original=workload, rule=rule, platform=platform.name)
+
+
+def _data_parallel(req: RunRequest, platform: PlatformSpec) -> int:
+    model_ranks = req.tp * req.pp * req.cp
+    if platform.devices_per_node is None:  # cpu: the world is whatever the degrees ask for
+        if req.nodes > 1:
+            raise KitInputError("the cpu platform runs on one node; drop --nodes")
+        return req.dp or 1
+    world = req.nodes * platform.devices_per_node
+    if world % model_ranks:
+        raise KitInputError(
+            f"tp x pp x cp ({model_ranks}) must divide the world size {world} "
+            f"({req.nodes} node(s) x {platform.devices_per_node} {platform.name} devices)"
+        )
+    derived = world // model_ranks
+    if req.dp is not None and req.dp != derived:
+        raise KitInputError(
+            f"--dp {req.dp} does not fill {world} devices with tp x pp x cp = {model_ranks}; "
+            f"use --dp {derived} or leave it out"
+        )
+    return derived
+
+
+def resolve(req: RunRequest) -> RunConfig:
+    """Resolve and validate ``req``; raise :class:`KitInputError` listing every violation."""
+    platform = load_platform(req.platform) if req.platform else detect_platform()
+    original = load_workload(req.workload)
+    workload, scaling = apply_scaling(original, platform)
+    cfg = RunConfig(
+        workload=workload,
+        scaling=scaling,
+        platform=platform,
+        engine=req.engine,
+        launcher=req.launcher,
+        nodes=req.nodes,
+        parallel=ParallelConfig(
+            tp=req.tp, pp=req.pp, dp=_data_parallel(req, platform), cp=req.cp, ep=req.ep,
+            vpp=req.vpp, sp=req.sp,
+        ),
+        optim=OptimizationConfig(
+            recompute=req.recompute, overlap=req.overlap, dist_optimizer=req.dist_optimizer,
+            fsdp=req.fsdp, zero=req.zero,
+        ),
+        micro_batch_size=req.micro_batch_size or workload.micro_batch_size,
+        global_batch_size=req.global_batch_size or workload.global_batch_size,
+        dtype=platform.dtype,
+        steps=req.steps,
+        warmup=req.warmup,
+        telemetry_interval_ms=req.telemetry_interval_ms,
+        profile=req.profile,
+        seed=req.seed,
+    )
+    problems = layout_violations(cfg)
+    if not problems:
+        from kit.engines import engine_violations
+
+        problems = engine_violations(cfg)
+    if problems:
+        raise KitInputError("; ".join(problems))
+    return cfg

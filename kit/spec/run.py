@@ -1,0 +1,91 @@
+"""The resolved, validated configuration of one run: workload x platform x parallel layout."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kit.spec.platform import Dtype, PlatformSpec
+from kit.spec.workload import ScalingRecord, WorkloadSpec
+
+Recompute = Literal["none", "selective", "full"]
+
+
+class ParallelConfig(BaseModel):
+    """Parallel degrees with megatron-core's semantics.
+
+    World size = tp x pp x cp x dp. Expert parallelism does not add ranks: experts are sharded
+    inside the data-parallel (x context-parallel) group, so ``ep`` divides ``dp * cp``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: int = Field(1, gt=0, description="Tensor-parallel degree.")
+    pp: int = Field(1, gt=0, description="Pipeline-parallel degree (stages).")
+    dp: int = Field(1, gt=0, description="Data-parallel degree (derived when not given).")
+    cp: int = Field(1, gt=0, description="Context-parallel degree.")
+    ep: int = Field(1, gt=0, description="Expert-parallel degree (MoE only).")
+    vpp: int | None = Field(None, gt=0, description="Virtual stages per pipeline rank; null = off.")
+    sp: bool = Field(False, description="Sequence parallelism (needs tp > 1).")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks needed by this layout."""
+        return self.tp * self.pp * self.cp * self.dp
+
+
+class OptimizationConfig(BaseModel):
+    """Memory/communication optimizations the reference study varied."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recompute: Recompute = Field("none", description="Activation recomputation granularity.")
+    overlap: bool = Field(False, description="Overlap grad reduce / param gather with compute.")
+    dist_optimizer: bool = Field(False, description="Shard optimizer states across DP ranks.")
+    fsdp: bool = Field(False, description="megatron-core's fully sharded data parallel.")
+    zero: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage (deepspeed engine).")
+
+
+class RunConfig(BaseModel):
+    """Everything a launcher, an engine and the bundle need to know about one run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: WorkloadSpec = Field(description="The architecture that actually trains.")
+    scaling: ScalingRecord | None = Field(
+        None, description="Set when the platform scaled the workload: original, rule, platform."
+    )
+    platform: PlatformSpec
+    engine: Literal["megatron", "deepspeed"] = "megatron"
+    launcher: Literal["local", "slurm"] = "local"
+    nodes: int = Field(1, gt=0, description="Nodes; world size = nodes x devices per node.")
+    parallel: ParallelConfig
+    optim: OptimizationConfig
+    micro_batch_size: int = Field(gt=0, description="Samples per micro-batch per DP rank.")
+    global_batch_size: int = Field(gt=0, description="Samples per optimizer step.")
+    dtype: Dtype = Field(description="Training dtype (bf16 on GPUs, fp32 on CPU).")
+    steps: int = Field(gt=0, description="Measured steps (after warmup).")
+    warmup: int = Field(ge=0, description="Unmeasured steps before measurement starts.")
+    telemetry_interval_ms: int = Field(gt=0, description="Telemetry sampling period.")
+    profile: bool = Field(False, description="Record a kernel profile of one measured step.")
+    seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
+
+    @property
+    def world_size(self) -> int:
+        """Total ranks."""
+        return self.parallel.world_size
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches per optimizer step on each DP rank."""
+        return self.global_batch_size // (self.micro_batch_size * self.parallel.dp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens consumed by one optimizer step across all ranks."""
+        return self.global_batch_size * self.workload.seq_length
+
+    @property
+    def total_steps(self) -> int:
+        """Warmup plus measured steps."""
+        return self.warmup + self.steps

@@ -1,0 +1,90 @@
+"""Workload specs: a model architecture and its default batch sizes, as declared in YAML."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class WorkloadSpec(BaseModel):
+    """One model family member, e.g. ``gpt3-175b`` or ``mixtral-8x7b``.
+
+    Architectures follow their publications (GPT-3 paper table 2.1, Llama 3 and Mixtral
+    model cards). Every field maps to one megatron-core ``TransformerConfig`` / ``GPTModel``
+    argument, so the same spec drives every engine.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Unique name, equal to the YAML file's stem.")
+    family: Literal["gpt3", "llama3", "mixtral"] = Field(description="Model family.")
+    description: str = Field("", description="One line for `workloads list`.")
+    num_layers: int = Field(gt=0, description="Transformer layers.")
+    hidden_size: int = Field(gt=0, description="Model width.")
+    num_attention_heads: int = Field(gt=0, description="Query heads.")
+    num_query_groups: int | None = Field(
+        None, gt=0, description="Key/value heads (grouped-query attention); null = one per head."
+    )
+    ffn_hidden_size: int = Field(gt=0, description="MLP inner width (per expert for MoE).")
+    seq_length: int = Field(gt=0, description="Tokens per sample.")
+    vocab_size: int = Field(gt=0, description="Vocabulary size (before padding).")
+    activation: Literal["gelu", "swiglu"] = Field(description="MLP activation; swiglu is gated.")
+    normalization: Literal["layernorm", "rmsnorm"] = Field(description="Norm layer type.")
+    position_embedding: Literal["learned_absolute", "rope"] = Field(
+        description="Position encoding."
+    )
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base; ignored without rope.")
+    add_bias_linear: bool = Field(True, description="Bias in linear layers (GPT-3 yes, Llama no).")
+    tie_embeddings: bool = Field(True, description="Share input embedding and output weights.")
+    num_experts: int | None = Field(None, gt=1, description="MoE experts per layer; null = dense.")
+    moe_top_k: int = Field(2, gt=0, description="Experts each token is routed to (MoE only).")
+    micro_batch_size: int = Field(1, gt=0, description="Default samples per micro-batch per rank.")
+    global_batch_size: int = Field(gt=0, description="Default samples per optimizer step.")
+
+    @property
+    def query_groups(self) -> int:
+        """Key/value heads actually used (``num_attention_heads`` when not grouped)."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the MLP is a mixture of experts."""
+        return self.num_experts is not None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> "WorkloadSpec":
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+        if self.num_attention_heads % self.query_groups:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not divisible by "
+                f"num_query_groups {self.query_groups}"
+            )
+        if self.num_experts is not None and self.moe_top_k > self.num_experts:
+            raise ValueError(f"moe_top_k {self.moe_top_k} exceeds num_experts {self.num_experts}")
+        return self
+
+
+class ScalingRule(BaseModel):
+    """How a platform scales a workload that does not fit it, keeping the rest intact.
+
+    The default rule keeps width, heads and sequence length (so per-layer kernels match the
+    original) and cuts depth; ``set`` may override any architecture field.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str = Field(description="Why the original does not run here, e.g. memory per device.")
+    set: dict[str, int] = Field(description="Architecture fields to override, e.g. num_layers.")
+
+
+class ScalingRecord(BaseModel):
+    """Provenance of a scaled variant: the original, the rule and the result's changed fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    original: WorkloadSpec
+    rule: ScalingRule
+    platform: str = Field(description="Platform whose profile declared the rule.")

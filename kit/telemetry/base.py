@@ -1,0 +1,81 @@
+"""The one interface every telemetry backend implements, and the errors callers catch.
+
+Callers (the sampler, the bundle writer) see only :class:`TelemetrySource` and
+:class:`TelemetryError`; each backend converts its vendor library's exceptions into these at
+its boundary, so nothing above it ever catches ``pynvml.NVMLError`` or an AMD SMI exception.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kit.errors import KitError
+
+
+class TelemetryError(KitError):
+    """A telemetry source failed to start or to read."""
+
+
+class TelemetryNotSupportedError(TelemetryError):
+    """This host, device or driver does not offer what was asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """What a source can say about one canonical field.
+
+    Attributes:
+        readable: Whether the source fills this field on this host.
+        reason: Why it cannot, when ``readable`` is False (e.g. "permission denied ...");
+            ``None`` when readable.
+        update_period_ms: How often the underlying counter refreshes, in milliseconds, when
+            known; ``None`` when unknown. Sampling faster than this repeats values.
+    """
+
+    readable: bool
+    reason: str | None = None
+    update_period_ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready dict of the attributes."""
+        return {
+            "readable": self.readable,
+            "reason": self.reason,
+            "update_period_ms": self.update_period_ms,
+        }
+
+
+class TelemetrySource(ABC):
+    """One backend that reads counters of one node: its GPUs, or its host.
+
+    A source is built inside the sampler's process, sampled once per tick, and closed at the
+    end. Constructors raise :class:`TelemetryNotSupportedError` when the backend cannot run at
+    all here; a backend that runs but lacks some fields reports them as unreadable in
+    :meth:`fields` and writes ``None`` for them.
+    """
+
+    name: ClassVar[str]
+    """Short backend name, as in the registry (e.g. ``"host"``)."""
+
+    @abstractmethod
+    def fields(self) -> dict[str, FieldInfo]:
+        """Return, for each canonical field this backend knows of, whether it is readable."""
+
+    @abstractmethod
+    def sample(self, t: float) -> list[dict[str, Any]]:
+        """Read every counter once.
+
+        Args:
+            t: The sampler's tick time in unix seconds; every row of this tick carries it.
+
+        Returns:
+            One canonical row (see :func:`kit.telemetry.fields.make_row`) per device, or one
+            for the host.
+
+        Raises:
+            TelemetryError: A read failed; the sampler records it and drops this source.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release handles and libraries; the source is not sampled afterwards."""

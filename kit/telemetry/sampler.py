@@ -1,0 +1,358 @@
+"""The telemetry sampler: one process per node that samples every source on a fixed period.
+
+The sampling loop runs in its own process (``spawn``, never ``fork``: the parent may hold CUDA
+or gloo state), so it never competes for a training rank's GIL and a slow counter read never
+stalls a step. The child writes rows to Parquet chunk files as it goes, so its memory stays
+flat over long runs and a crash loses at most one chunk, and it ends by writing
+``sampler-report.json`` beside them.
+
+Typical use::
+
+    sampler = TelemetrySampler([("host", {"node": 0})], interval_ms=100, chunks_dir=d)
+    sampler.start()
+    try:
+        train()
+    finally:
+        report = sampler.stop()
+    table = read_chunks(d)
+"""
+
+import json
+import multiprocessing as mp
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kit.errors import KitInputError
+from kit.telemetry import load_source_class, source_target
+from kit.telemetry.base import FieldInfo, TelemetryError, TelemetrySource
+from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA
+
+SourceSpec = tuple[str, Mapping[str, Any]]
+"""A source to build in the sampler process: registry name and constructor kwargs (picklable)."""
+
+REPORT_NAME = "sampler-report.json"
+"""File name of the report the sampler process writes into its chunks directory."""
+
+CHUNK_GLOB = "chunk-*.parquet"
+"""Names of the chunk files; their zero-padded indices sort in write (and time) order."""
+
+
+@dataclass(frozen=True)
+class SamplerErrorRecord:
+    """One failure inside the sampler process.
+
+    Attributes:
+        t: Unix seconds when it happened.
+        source: Name of the source that failed, or ``"sampler"`` for the loop itself.
+        message: Exception type and message.
+    """
+
+    t: float
+    source: str
+    message: str
+
+
+@dataclass
+class SamplerReport:
+    """What the sampler process did, written by it as ``sampler-report.json``.
+
+    Attributes:
+        interval_ms: Requested sampling period in milliseconds.
+        ticks: Sampling ticks taken.
+        rows_written: Rows in all chunk files.
+        chunks: Chunk files written.
+        mean_period_ms: Mean time between ticks in milliseconds; ``None`` under two ticks.
+        missed_ticks: Ticks skipped because a tick overran its period.
+        sources: Per source name, what it reported by ``fields()``.
+        errors: Sources that failed to build or to sample (each then dropped), and any fatal
+            error of the loop itself.
+        rss_start_bytes: Peak resident memory of the process after its first tick.
+        rss_max_bytes: Peak resident memory of the process over its whole life.
+    """
+
+    interval_ms: float
+    ticks: int = 0
+    rows_written: int = 0
+    chunks: int = 0
+    mean_period_ms: float | None = None
+    missed_ticks: int = 0
+    sources: dict[str, dict[str, FieldInfo]] = field(default_factory=dict)
+    errors: list[SamplerErrorRecord] = field(default_factory=list)
+    rss_start_bytes: int = 0
+    rss_max_bytes: int = 0
+
+    def write(self, path: Path) -> None:
+        """Write the report as JSON, atomically."""
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> "SamplerReport":
+        """Read a report written by :meth:`write`."""
+        data = json.loads(path.read_text())
+        data["sources"] = {
+            name: {f: FieldInfo(**info) for f, info in fields.items()}
+            for name, fields in data["sources"].items()
+        }
+        data["errors"] = [SamplerErrorRecord(**e) for e in data["errors"]]
+        return cls(**data)
+
+
+def read_chunks(chunks_dir: Path) -> pa.Table:
+    """Concatenate every chunk file in ``chunks_dir``, in write order, into one table."""
+    paths = sorted(chunks_dir.glob(CHUNK_GLOB))
+    if not paths:
+        return TELEMETRY_ARROW_SCHEMA.empty_table()
+    return pa.concat_tables(pq.read_table(p, schema=TELEMETRY_ARROW_SCHEMA) for p in paths)
+
+
+@dataclass(frozen=True)
+class _ChildConfig:
+    """Everything the sampler process needs, picklable for ``spawn``."""
+
+    sources: list[tuple[str, str, dict[str, Any]]]  # (name, "module:Class", kwargs)
+    interval_ms: float
+    chunks_dir: Path
+    chunk_rows: int
+
+
+def _max_rss_bytes() -> int:
+    """Peak resident set size of this process so far."""
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss if sys.platform == "darwin" else maxrss * 1024  # Linux reports KiB.
+
+
+class _ChunkWriter:
+    """Buffers rows and writes each full ``chunk_rows`` of them to its own Parquet file."""
+
+    def __init__(self, chunks_dir: Path, chunk_rows: int) -> None:
+        self._dir = chunks_dir
+        self._chunk_rows = chunk_rows
+        self._rows: list[dict[str, Any]] = []
+        self.chunks = 0
+        self.rows_written = 0
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Buffer rows, writing out every full chunk."""
+        self._rows.extend(rows)
+        while len(self._rows) >= self._chunk_rows:
+            self._write(self._rows[: self._chunk_rows])
+            del self._rows[: self._chunk_rows]
+
+    def flush(self) -> None:
+        """Write whatever is buffered as a last, shorter chunk."""
+        if self._rows:
+            self._write(self._rows)
+            self._rows = []
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        path = self._dir / f"chunk-{self.chunks:06d}.parquet"
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA), tmp)
+        os.replace(tmp, path)  # A reader never sees a half-written chunk.
+        self.chunks += 1
+        self.rows_written += len(rows)
+
+
+class _SamplerLoop:
+    """The sampler process's state: its sources, its writer and the report it fills."""
+
+    def __init__(self, cfg: _ChildConfig) -> None:
+        self._cfg = cfg
+        self._writer = _ChunkWriter(cfg.chunks_dir, cfg.chunk_rows)
+        self._sources: dict[str, TelemetrySource] = {}
+        self.report = SamplerReport(interval_ms=cfg.interval_ms)
+        for name, target, kwargs in cfg.sources:
+            try:
+                source = load_source_class(target)(**kwargs)
+            except Exception as e:  # noqa: BLE001 - recorded in the report; others go on.
+                self.record(time.time(), name, e)
+                continue
+            self._sources[name] = source
+            self.report.sources[name] = source.fields()
+
+    def record(self, t: float, source: str, e: BaseException) -> None:
+        """Add a failure of ``source`` (or ``"sampler"``) to the report."""
+        self.report.errors.append(SamplerErrorRecord(t, source, f"{type(e).__name__}: {e}"))
+
+    def _tick(self, t: float) -> None:
+        """Sample every live source once; drop any that raises."""
+        rows: list[dict[str, Any]] = []
+        for name, source in list(self._sources.items()):
+            try:
+                rows.extend(source.sample(t))
+            except Exception as e:  # noqa: BLE001 - a broken source must not stop the others.
+                self.record(t, name, e)
+                del self._sources[name]
+                source.close()
+        self._writer.add(rows)
+
+    def run(self, started: Any, stop: Any) -> None:
+        """Sample on a fixed schedule until ``stop`` is set or the parent dies.
+
+        Ticks are scheduled at ``start + k * interval`` on the monotonic clock, so the period
+        does not drift with the time each tick takes; a tick that overruns skips the ticks it
+        missed instead of bursting to catch up. Row times are unix seconds derived from the
+        monotonic clock, so a wall-clock step (NTP) cannot reorder them.
+        """
+        interval_s = self._cfg.interval_ms / 1000.0
+        parent = mp.parent_process()
+        wall0, mono0 = time.time(), time.monotonic()
+        next_tick = first_tick = last_tick = mono0
+        while True:
+            last_tick = time.monotonic()
+            self._tick(wall0 + (last_tick - mono0))
+            self.report.ticks += 1
+            if self.report.ticks == 1:
+                first_tick = last_tick
+                self.report.rss_start_bytes = _max_rss_bytes()
+                started.set()
+            next_tick += interval_s
+            behind_s = time.monotonic() - next_tick
+            if behind_s > 0:
+                missed = int(behind_s / interval_s) + 1
+                self.report.missed_ticks += missed
+                next_tick += missed * interval_s
+            if stop.wait(next_tick - time.monotonic()) or (parent and not parent.is_alive()):
+                break
+        if self.report.ticks > 1:
+            self.report.mean_period_ms = 1000.0 * (last_tick - first_tick) / (self.report.ticks - 1)
+
+    def finish(self) -> None:
+        """Flush the last chunk, close the sources and write the report."""
+        try:
+            self._writer.flush()
+        finally:
+            for source in self._sources.values():
+                source.close()
+            self.report.rows_written = self._writer.rows_written
+            self.report.chunks = self._writer.chunks
+            self.report.rss_max_bytes = _max_rss_bytes()
+            self.report.write(self._cfg.chunks_dir / REPORT_NAME)
+
+
+def _sampler_main(cfg: _ChildConfig, started: Any, stop: Any) -> None:
+    """Entry point of the sampler process."""
+    # Ctrl-C reaches the whole foreground process group; the parent handles it and calls stop().
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loop = _SamplerLoop(cfg)
+    try:
+        if loop.report.sources:
+            loop.run(started, stop)
+    except Exception as e:
+        loop.record(time.time(), "sampler", e)
+        raise
+    finally:
+        loop.finish()
+
+
+class TelemetrySampler:
+    """Runs the telemetry sampling loop of one node in a separate process.
+
+    Args:
+        sources: Sources to build in the sampler process, as (registry name, kwargs); names
+            must be unique.
+        interval_ms: Sampling period in milliseconds.
+        chunks_dir: Directory for chunk files and the report; created if absent, and must not
+            hold chunks of an earlier run.
+        chunk_rows: Rows per chunk file; bounds the sampler's memory and what a crash loses.
+
+    Raises:
+        KitInputError: Unknown source name, duplicate names, or a non-positive period or
+            chunk size.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[SourceSpec],
+        *,
+        interval_ms: float,
+        chunks_dir: Path,
+        chunk_rows: int = 2000,
+    ) -> None:
+        names = [name for name, _ in sources]
+        if not names or len(set(names)) != len(names):
+            raise KitInputError(f"telemetry sources must be non-empty and unique: {names}")
+        if interval_ms <= 0 or chunk_rows < 1:
+            raise KitInputError(
+                f"telemetry interval_ms ({interval_ms}) and chunk_rows ({chunk_rows}) must be > 0"
+            )
+        self._cfg = _ChildConfig(
+            sources=[(name, source_target(name), dict(kwargs)) for name, kwargs in sources],
+            interval_ms=float(interval_ms),
+            chunks_dir=Path(chunks_dir),
+            chunk_rows=chunk_rows,
+        )
+        ctx = mp.get_context("spawn")
+        self._started = ctx.Event()
+        self._stop = ctx.Event()
+        self._proc = ctx.Process(
+            target=_sampler_main,
+            args=(self._cfg, self._started, self._stop),
+            name="telemetry-sampler",
+            daemon=True,
+        )
+
+    @property
+    def report_path(self) -> Path:
+        """Where the sampler process writes its report."""
+        return self._cfg.chunks_dir / REPORT_NAME
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start the sampler process and return once it has taken its first sample.
+
+        Raises:
+            TelemetryError: ``chunks_dir`` holds an earlier run's files, or the process exited
+                (e.g. no source could be built) or did not sample within ``timeout_s``.
+        """
+        chunks_dir = self._cfg.chunks_dir
+        chunks_dir.mkdir(parents=True, exist_ok=True)
+        if self.report_path.exists() or any(chunks_dir.glob(CHUNK_GLOB)):
+            raise TelemetryError(f"{chunks_dir} already holds telemetry; use an empty directory")
+        self._proc.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._started.wait(0.05):
+            if not self._proc.is_alive():
+                raise TelemetryError(f"telemetry sampler exited before sampling: {self._why()}")
+            if time.monotonic() > deadline:
+                self._proc.terminate()
+                self._proc.join()
+                raise TelemetryError(f"telemetry sampler took no sample within {timeout_s} s")
+
+    def stop(self, timeout_s: float = 30.0) -> SamplerReport:
+        """Signal the sampler process to finish, wait for it and return its report.
+
+        Raises:
+            TelemetryError: The process did not finish within ``timeout_s`` (it is then
+                terminated) or exited without writing its report. Chunks already written
+                remain valid in either case.
+        """
+        if self._proc.pid is None:
+            raise TelemetryError("telemetry sampler was never started")
+        self._stop.set()
+        self._proc.join(timeout_s)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join()
+            raise TelemetryError(f"telemetry sampler did not stop within {timeout_s} s")
+        if not self.report_path.exists():
+            raise TelemetryError(f"telemetry sampler failed: {self._why()}")
+        return SamplerReport.read(self.report_path)
+
+    def _why(self) -> str:
+        """Explain an exited sampler process: its report's errors, else its exit code."""
+        if self.report_path.exists():
+            errors = SamplerReport.read(self.report_path).errors
+            return "; ".join(f"{e.source}: {e.message}" for e in errors) or "no error recorded"
+        return f"exit code {self._proc.exitcode}, no report written"

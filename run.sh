@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# charllm-kit for people: set up a virtual environment when needed, then run.
+#
+#   ./run.sh                         train the default small workload on this host, write a bundle
+#   ./run.sh --platform h100 [...]   same, on a named platform (options go to `charllm-kit run`)
+#   ./run.sh gpt3-small --tp 2       any workload and `charllm-kit run` options
+#   ./run.sh test                    run the test suite (what CI runs)
+#   ./run.sh workloads list          any other charllm-kit command
+#
+# Environment: CHARLLM_VENV (default .venv), CHARLLM_TORCH (the torch requirement used on a
+# host without one; default torch==2.13.0, a CPU build on this project's machines).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV="${CHARLLM_VENV:-.venv}"
+TORCH_REQ="${CHARLLM_TORCH:-torch==2.13.0}"
+STAMP="$VENV/.charllm-installed"
+
+pip_install() {
+  # pip's index-location warnings on this project's machines are noise; errors still show.
+  local status
+  "$VENV/bin/python" -m pip install -q "$@" 2>&1 | { grep -v "is ignored: it is neither" || true; } >&2
+  status=${PIPESTATUS[0]}
+  return "$status"
+}
+
+setup() {
+  if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml ]]; then
+    return
+  fi
+  echo "run.sh: setting up $VENV (first run only) ..." >&2
+  if python3 -c "import torch" >/dev/null 2>&1; then
+    # A GPU host or a container image: keep the torch it already has.
+    python3 -m venv --system-site-packages "$VENV"
+  else
+    python3 -m venv "$VENV"
+    pip_install "$TORCH_REQ"
+  fi
+  # The torch now present satisfies the kit's torch>=2.6, so nothing here pulls another one.
+  pip_install -e ".[test]"
+  touch "$STAMP"
+}
+
+setup
+KIT=("$VENV/bin/python" -m kit)
+
+case "${1:-}" in
+  test)
+    shift
+    exec "$VENV/bin/python" -m pytest -q "$@"
+    ;;
+  run|sweep|compare|report|bundle|workloads|platforms|--help|-h|--version)
+    exec "${KIT[@]}" "$@"
+    ;;
+  ""|-*)
+    # No workload named: the default small one for this host's platform.
+    exec "${KIT[@]}" run "${CHARLLM_WORKLOAD:-gpt3-tiny}" "$@"
+    ;;
+  *)
+    exec "${KIT[@]}" run "$@"
+    ;;
+esac
