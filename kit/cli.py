@@ -56,15 +56,7 @@ def run(workload: str, out: Path, dry_run: bool, as_json: bool, **opts: object) 
     opts["micro_batch_size"] = opts.pop("micro_batch")
     opts["global_batch_size"] = opts.pop("global_batch")
     try:
-        cfg = resolve(RunRequest(workload=workload, **opts))
-        if not dry_run:
-            from kit.spec.detect import platform_present
-
-            if not platform_present(cfg.platform):
-                raise KitInputError(
-                    f"platform {cfg.platform.name} ({cfg.platform.device_name}) is not present "
-                    "on this host; use --dry-run, or --platform cpu"
-                )
+        cfg = resolve(RunRequest(workload=workload, **opts), require_present=not dry_run)
     except KitInputError as e:
         if as_json:
             click.echo(json.dumps({"error": str(e)}))

@@ -105,13 +105,17 @@ def _schema_difference(found: pa.Schema, expected: pa.Schema) -> str | None:
         return f"missing columns {missing}, unexpected columns {unexpected}"
     if found.names != expected.names:
         return "columns are out of order"
-    for got, want in zip(found, expected):
+    for got, want in zip(found, expected, strict=True):
         if got.type != want.type or got.nullable != want.nullable:
             return (
                 f"column {got.name} is {got.type}{'' if got.nullable else ' not null'}, "
                 f"expected {want.type}{'' if want.nullable else ' not null'}"
             )
     return None
+
+
+def _unreadable(root: Path, name: str, err: Exception) -> BundleError:
+    return BundleError(f"bundle {root}: {name} is not readable parquet ({type(err).__name__})")
 
 
 def check_parquet(root: Path, name: str, expected: pa.Schema) -> None:
@@ -126,10 +130,12 @@ def check_parquet(root: Path, name: str, expected: pa.Schema) -> None:
     try:
         found = pq.read_schema(path)
     except (OSError, pa.ArrowException) as e:
-        raise BundleError(f"bundle {root}: {name} is not readable parquet ({type(e).__name__})") from None
+        raise _unreadable(root, name, e) from None
     problem = _schema_difference(found, expected)
     if problem:
-        raise BundleError(f"bundle {root}: {name} does not match schema v{SCHEMA_VERSION}: {problem}")
+        raise BundleError(
+            f"bundle {root}: {name} does not match schema v{SCHEMA_VERSION}: {problem}"
+        )
 
 
 def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
@@ -142,7 +148,7 @@ def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
     try:
         return pq.read_table(root / name)
     except (OSError, pa.ArrowException) as e:
-        raise BundleError(f"bundle {root}: {name} is not readable parquet ({type(e).__name__})") from None
+        raise _unreadable(root, name, e) from None
 
 
 def read_bundle(path: str | Path) -> Bundle:

@@ -1,6 +1,7 @@
 """Find which shipped platform this host is, from what its drivers report."""
 
 import logging
+import os
 from functools import lru_cache
 
 from kit.spec.loader import load_platform, platform_names
@@ -26,6 +27,8 @@ def local_accelerator_names() -> tuple[str, ...]:
             pynvml.nvmlShutdown()
     except Exception as e:  # NVML missing or no NVIDIA driver: not an NVIDIA host.
         log.debug("NVML not usable: %s", e)
+    if not os.path.exists("/dev/kfd"):  # no AMD GPU driver: skip amdsmi, which prints noise
+        return ()
     try:
         import amdsmi
 

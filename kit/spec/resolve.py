@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
-from kit.spec.detect import detect_platform
+from kit.spec.detect import detect_platform, platform_present
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
 from kit.spec.run import OptimizationConfig, ParallelConfig, Recompute, RunConfig
@@ -90,9 +90,18 @@ def _data_parallel(req: RunRequest, platform: PlatformSpec) -> int:
     return derived
 
 
-def resolve(req: RunRequest) -> RunConfig:
-    """Resolve and validate ``req``; raise :class:`KitInputError` listing every violation."""
+def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
+    """Resolve and validate ``req``; raise :class:`KitInputError` listing every violation.
+
+    With ``require_present`` the platform's devices must be on this host (a real run);
+    a dry run resolves any platform without its hardware.
+    """
     platform = load_platform(req.platform) if req.platform else detect_platform()
+    if require_present and not platform_present(platform):
+        raise KitInputError(
+            f"platform {platform.name} ({platform.device_name}) is not present on this host; "
+            "use --dry-run to resolve it here, or --platform cpu"
+        )
     original = load_workload(req.workload)
     workload, scaling = apply_scaling(original, platform)
     cfg = RunConfig(

@@ -62,7 +62,8 @@ def transformer_config(cfg: RunConfig) -> Any:
         kwargs.update(
             num_moe_experts=w.num_experts,
             moe_router_topk=w.moe_top_k,
-            moe_token_dispatcher_type="alltoall",
+            # the alltoall dispatcher creates CUDA streams; on CPU (EP 1) allgather is equivalent
+            moe_token_dispatcher_type="allgather" if cpu else "alltoall",
             moe_router_load_balancing_type="aux_loss",
             moe_aux_loss_coeff=1e-2,
             moe_grouped_gemm=False,

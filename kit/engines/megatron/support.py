@@ -30,6 +30,9 @@ def megatron_violations(cfg: RunConfig) -> list[str]:
         out.append(_CPU_UNSUPPORTED["cp"] if cfg.platform.is_cpu else
                    "context parallelism (--cp > 1) needs Transformer Engine, which this kit "
                    "does not require; it is not supported yet")
+    if cfg.workload.is_moe and p.tp > 1 and not p.sp:
+        out.append("a mixture-of-experts workload with --tp > 1 needs --sp: megatron-core "
+                   "requires sequence parallelism for MoE layers under tensor parallelism")
     if cfg.launcher != "local":
         out.append("--launcher slurm is not available yet; run one node with --launcher local")
     if not cfg.platform.is_cpu:

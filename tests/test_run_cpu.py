@@ -1,0 +1,204 @@
+"""Real training runs on the CPU over gloo: megatron-core TP and TP x DP, end to end via the CLI."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kit.bundle.reader import read_bundle
+from kit.bundle.schema import SUMMARY_KEYS
+from kit.bundle.verify import verify_bundle
+
+from .conftest import REPO
+
+
+def bundle_of(stdout: str) -> Path:
+    """The last stdout line of `run` is the bundle path."""
+    return Path(stdout.strip().splitlines()[-1])
+
+
+def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
+    rows = pq.read_table(bundle / "steps.parquet").to_pylist()
+    out: dict[int, list[float]] = {}
+    for r in sorted(rows, key=lambda r: (r["rank"], r["step"])):
+        out.setdefault(r["rank"], []).append(r["loss"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def tp2_bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp2")
+    r = subprocess.run(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--tp", "2", "--steps", "4",
+         "--warmup", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )
+    assert r.returncode == 0, r.stderr
+    return bundle_of(r.stdout), r
+
+
+def test_tp2_trains_and_writes_a_verifiable_bundle(tp2_bundle):
+    bundle, r = tp2_bundle
+    assert "step time" in r.stdout and "MFU" in r.stdout and "n/a" in r.stdout
+    assert "step 5/5" in r.stderr  # progress was shown
+    verify_bundle(bundle)
+    b = read_bundle(bundle)
+    assert b.manifest["status"] == "ok" and b.manifest["error"] is None
+    assert set(b.metrics["summary"]) == set(SUMMARY_KEYS)
+    s = b.metrics["summary"]
+    assert s["world_size"] == 2 and s["step_time_s"] > 0 and s["tokens_per_s"] > 0
+    assert s["tflops_per_gpu"] > 0 and s["mfu"] is None  # the cpu platform declares no peak
+    assert s["power_w_mean"] is None  # no RAPL here, and never a made-up zero
+    src = b.manifest["telemetry_sources"]
+    assert src["cpu_util_pct"]["source"] == "host" and src["power_w"]["source"] is None
+    assert src["power_w"]["reason"]
+    assert [rk["tp_rank"] for rk in b.manifest["ranks"]] == [0, 1]
+    assert b.manifest["inventory"][0]["engine_versions"]["megatron-core"].startswith("0.")
+
+
+def test_tp_ranks_report_identical_losses(tp2_bundle):
+    losses = losses_by_rank(tp2_bundle[0])
+    assert losses[0] == losses[1]
+    assert all(math.isfinite(x) for x in losses[0]) and len(losses[0]) == 5
+
+
+def test_steps_have_synchronized_measured_rows(tp2_bundle):
+    rows = pq.read_table(tp2_bundle[0] / "steps.parquet").to_pylist()
+    measured = [r for r in rows if r["phase"] == "measured"]
+    assert len(measured) == 4 * 2 and {r["step"] for r in measured} == {1, 2, 3, 4}
+    for step in {r["step"] for r in measured}:
+        starts = [r["t_start"] for r in measured if r["step"] == step]
+        assert max(starts) - min(starts) < 0.5  # ranks start each step together
+    tele = pq.read_table(tp2_bundle[0] / "telemetry.parquet").to_pylist()
+    assert tele and all(t["source"] == "host" for t in tele)
+    # a tick with no CPU time elapsed since the last one has no utilization (null, not 0)
+    assert sum(t["cpu_util_pct"] is not None for t in tele) >= 0.8 * len(tele)
+    first, last = min(r["t_start"] for r in rows), max(r["t_end"] for r in rows)
+    assert min(t["t"] for t in tele) < first and max(t["t"] for t in tele) > last
+
+
+def test_tp2_matches_tp1_loss(tp2_bundle, tmp_path):
+    """TP shards the same model: the loss of each step matches a one-process run (fp32)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--steps", "4", "--warmup", "1",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO,
+    )
+    assert r.returncode == 0, r.stderr
+    tp1 = losses_by_rank(bundle_of(r.stdout))[0]
+    tp2 = losses_by_rank(tp2_bundle[0])[0]
+    assert tp1 == pytest.approx(tp2, rel=1e-4)
+
+
+def test_tp2_dp2_runs_four_ranks(cli, tmp_path):
+    r = cli("run", "gpt3-tiny", "--tp", "2", "--dp", "2", "--steps", "3", "--warmup", "1",
+            "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    bundle = bundle_of(r.stdout)
+    verify_bundle(bundle)
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert [(x["tp_rank"], x["dp_rank"]) for x in m["ranks"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    losses = losses_by_rank(bundle)
+    assert losses[0] == losses[1] and losses[2] == losses[3]
+    assert losses[0] != losses[2]  # data-parallel replicas see different data
+    assert sorted(p.name for p in (bundle / "logs").iterdir()) == [f"rank{i}.log" for i in range(4)]
+
+
+def test_moe_workload_trains_on_cpu(cli, tmp_path):
+    r = cli("run", "mixtral-tiny", "--dp", "2", "--steps", "2", "--warmup", "1",
+            "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    losses = losses_by_rank(bundle_of(r.stdout))
+    assert losses[0] != losses[1] and all(math.isfinite(x) for x in losses[0] + losses[1])
+
+
+def test_sigterm_ends_with_interrupted_and_a_complete_bundle(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--tp", "2", "--steps", "500",
+         "--warmup", "1", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    deadline = time.monotonic() + 300
+    progress = None
+    while time.monotonic() < deadline:
+        progress = next(tmp_path.glob(".*.partial/progress.jsonl"), None)
+        if progress is not None and progress.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.2)
+    assert progress is not None
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    bundle = bundle_of(out)
+    verify_bundle(bundle)
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and "signal" in m["error"]
+    assert {x["status"] for x in m["ranks"]} == {"interrupted"}
+    losses = losses_by_rank(bundle)
+    assert 3 <= len(losses[0]) < 501 and len(losses[0]) == len(losses[1])
+
+
+def test_a_crashing_rank_gives_status_failed(tmp_path):
+    """Kill one rank mid-run: its peer errors out of the collective, the bundle says failed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--tp", "2", "--steps", "500",
+         "--warmup", "1", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    deadline = time.monotonic() + 300
+    victim = None
+    while time.monotonic() < deadline and victim is None:
+        staging = next(tmp_path.glob(".*.partial"), None)
+        if staging and (staging / "progress.jsonl").is_file() and \
+                (staging / "progress.jsonl").read_text().count("\n") >= 2:
+            victim = _rank_pid(proc.pid, rank=1)
+        time.sleep(0.2)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    bundle = bundle_of(out)
+    verify_bundle(bundle)
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["error"]
+    assert m["ranks"][1]["status"] == "failed"
+
+
+def test_an_exception_in_a_rank_is_recorded(cli, tmp_path):
+    """A workload megatron-core rejects at build time (RoPE needs an even head dim)."""
+    wl = tmp_path / "odd-rope.yaml"
+    wl.write_text(
+        "family: llama3\nnum_layers: 2\nhidden_size: 66\nnum_attention_heads: 2\n"
+        "ffn_hidden_size: 128\nseq_length: 16\nvocab_size: 256\nactivation: swiglu\n"
+        "normalization: rmsnorm\nposition_embedding: rope\nadd_bias_linear: false\n"
+        "tie_embeddings: false\nglobal_batch_size: 2\n"
+    )
+    r = cli("run", str(wl), "--steps", "2", "--warmup", "0", "--out", str(tmp_path / "out"))
+    assert r.returncode == 1
+    bundle = bundle_of(r.stdout)
+    verify_bundle(bundle)
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["error"].startswith("rank 0: ")
+    assert "Traceback" in (bundle / "logs" / "rank0.log").read_text()
+
+
+def _rank_pid(launcher_pid: int, rank: int) -> int | None:
+    """PID of the worker process with RANK=rank started by the launcher."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            ppid = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid")))
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue
+        if ppid == launcher_pid and f"RANK={rank}".encode() in env:
+            return int(pid)
+    return None

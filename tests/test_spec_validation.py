@@ -1,0 +1,147 @@
+"""Resolution and every layout rule, through the public resolver and the CLI's exit codes."""
+
+import json
+
+import pytest
+
+from kit.errors import KitInputError
+from kit.spec.resolve import RunRequest, resolve
+
+
+def violation(**kw) -> str:
+    with pytest.raises(KitInputError) as e:
+        resolve(RunRequest(**kw))
+    return str(e.value)
+
+
+def test_dp_is_derived_from_the_platform_world_size():
+    cfg = resolve(RunRequest(workload="llama3-70b", platform="h200", nodes=4, tp=8, pp=2))
+    assert (cfg.world_size, cfg.parallel.dp) == (32, 2)
+    assert cfg.grad_accum_steps == 128 // (1 * 2)
+    assert cfg.dtype == "bf16"
+
+
+def test_cpu_world_is_the_product_of_degrees():
+    cfg = resolve(RunRequest(workload="gpt3-tiny", platform="cpu", tp=2, dp=2))
+    assert (cfg.world_size, cfg.dtype) == (4, "fp32")
+
+
+def test_explicit_dp_must_fill_the_devices():
+    assert "use --dp 4" in violation(workload="gpt3-175b", platform="h100", tp=2, dp=3)
+
+
+def test_model_ranks_must_divide_world():
+    assert "must divide the world size 8" in violation(workload="gpt3-175b", platform="h100", tp=3)
+
+
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(workload="gpt3-tiny", tp=3), "attention heads (4) must be divisible by --tp 3"),
+        (dict(workload="mixtral-tiny", tp=8), "query groups (4) must be divisible by --tp 8"),
+        (dict(workload="gpt3-175b", platform="h100", pp=8, tp=1, nodes=1, dp=None),
+         None),
+        (dict(workload="gpt3-13b", platform="h100", pp=8, nodes=1), None),
+        (dict(workload="gpt3-2.7b", platform="h100", pp=8, tp=1, vpp=3),
+         "layers (32) must be divisible by --pp x --vpp (24)"),
+        (dict(workload="gpt3-2.7b", platform="h100", vpp=2), "--vpp needs --pp of at least 2"),
+        (dict(workload="gpt3-tiny", sp=True), "--sp (sequence parallel) needs --tp of at least 2"),
+        (dict(workload="gpt3-175b", platform="h100", ep=2), "needs a mixture-of-experts"),
+        (dict(workload="mixtral-8x7b", platform="h100", ep=3, tp=1),
+         "experts (8) must be divisible by --ep 3"),
+        (dict(workload="mixtral-8x7b", platform="h100", nodes=1, tp=4, ep=4),
+         "--ep 4 must divide dp x cp (2)"),
+        (dict(workload="gpt3-tiny", dp=3), "global batch (8) must be divisible by micro-batch x dp"),
+        (dict(workload="gpt3-175b", platform="h100", cp=3, tp=1, nodes=3),
+         "sequence length (2048) must be divisible by 2 x --cp (6)"),
+        (dict(workload="gpt3-tiny", zero=2), "--zero is a DeepSpeed stage"),
+        (dict(workload="gpt3-175b", platform="h100", fsdp=True, dist_optimizer=True),
+         "--fsdp and --dist-optimizer are exclusive"),
+    ],
+)
+def test_layout_rules(kw, needle):
+    if needle is None:  # layers divisible by pp: valid
+        resolve(RunRequest(**kw))
+        return
+    assert needle in violation(**kw)
+
+
+def test_layers_divisible_by_pp():
+    assert "layers (40) must be divisible by --pp 16" in violation(
+        workload="gpt3-13b", platform="h100", nodes=2, pp=16
+    )
+
+
+def test_all_violations_are_reported_on_one_line():
+    msg = violation(workload="gpt3-tiny", tp=3, sp=False, dp=3)
+    assert "\n" not in msg and msg.count(";") >= 1
+
+
+def test_cpu_refuses_what_megatron_core_cannot_run_there():
+    assert "pipeline parallelism" in violation(workload="gpt3-tiny", pp=2)
+    assert "sequence parallelism" in violation(workload="gpt3-tiny", tp=2, sp=True)
+    assert "expert parallelism" in violation(workload="mixtral-tiny", ep=2, dp=2)
+    assert "needs --sp" in violation(workload="mixtral-tiny", tp=2)
+
+
+def test_scaled_variant_records_original_and_rule():
+    cfg = resolve(RunRequest(workload="gpt3-175b", platform="mi250", tp=8))
+    assert cfg.scaling is not None
+    assert cfg.scaling.original.num_layers == 96
+    assert cfg.workload.num_layers == cfg.scaling.rule.set["num_layers"] < 96
+    assert cfg.workload.hidden_size == cfg.scaling.original.hidden_size
+    assert cfg.workload.name == "gpt3-175b@mi250"
+
+
+def test_workload_from_a_yaml_path(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "family: gpt3\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n"
+        "ffn_hidden_size: 256\nseq_length: 32\nvocab_size: 512\nactivation: gelu\n"
+        "normalization: layernorm\nposition_embedding: learned_absolute\nglobal_batch_size: 4\n"
+    )
+    cfg = resolve(RunRequest(workload=str(path)))
+    assert cfg.workload.name == "mine"
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "no-such-model", "--dry-run"], "unknown workload 'no-such-model'"),
+        (["run", "gpt3-tiny", "--platform", "no-such", "--dry-run"], "unknown platform"),
+        (["run", "gpt3-tiny", "--tp", "3", "--dry-run"], "must be divisible by --tp 3"),
+        (["run", "gpt3-tiny", "--platform", "h100"], "is not present on this host"),
+        (["run", "gpt3-tiny", "--engine", "deepspeed", "--dry-run"], "deepspeed engine"),
+        (["run", "gpt3-tiny", "--tp", "zero"], "'zero' is not a valid integer"),
+        (["workloads", "show", "nope"], "unknown workload"),
+        (["bundle", "verify", "/nonexistent/bundle"], "/nonexistent/bundle"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, args, needle):
+    r = cli(*args, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_invalid_yaml_is_one_line(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: gpt3\nnum_layers: [1, 2\n")
+    r = cli("run", str(bad), "--dry-run", timeout=120)
+    assert r.returncode == 2 and "invalid YAML at line" in r.stderr
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("family: gpt3\nnum_layers: -1\n")
+    r = cli("run", str(wrong), "--dry-run", timeout=120)
+    assert r.returncode == 2 and "num_layers" in r.stderr
+
+
+def test_dry_run_json_prints_resolved_config_or_error(cli):
+    r = cli("run", "mixtral-8x7b", "--platform", "h200", "--nodes", "4", "--tp", "2", "--ep", "4",
+            "--dry-run", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads(r.stdout)
+    assert cfg["parallel"] == {"tp": 2, "pp": 1, "dp": 16, "cp": 1, "ep": 4, "vpp": None,
+                               "sp": False}
+    r = cli("run", "gpt3-tiny", "--tp", "3", "--dry-run", "--json", timeout=120)
+    assert r.returncode == 2 and "divisible" in json.loads(r.stdout)["error"]
