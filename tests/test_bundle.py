@@ -416,8 +416,7 @@ def test_new_bundle_id_is_sortable_and_unique() -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"status": "ok", "error": "boom"}, "error must be null exactly when status is ok"),
-        ({"status": "oom", "error": None}, "error must be null exactly when status is ok"),
+        ({"status": "ok", "error": "boom"}, "error must be null when status is ok"),
         ({"created_utc": "2026-11-22T10:15:00+01:00"}, "must be UTC"),
         (
             {

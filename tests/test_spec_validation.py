@@ -137,11 +137,11 @@ def test_invalid_yaml_is_one_line(cli, tmp_path):
 
 
 def test_dry_run_json_prints_resolved_config_or_error(cli):
-    r = cli("run", "mixtral-8x7b", "--platform", "h200", "--nodes", "4", "--tp", "2", "--ep", "4",
+    r = cli("run", "mixtral-8x7b", "--platform", "h200", "--nodes", "4", "--tp", "2", "--ep", "4", "--sp",
             "--dry-run", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)
     assert cfg["parallel"] == {"tp": 2, "pp": 1, "dp": 16, "cp": 1, "ep": 4, "vpp": None,
-                               "sp": False}
+                               "sp": True}
     r = cli("run", "gpt3-tiny", "--tp", "3", "--dry-run", "--json", timeout=120)
     assert r.returncode == 2 and "divisible" in json.loads(r.stdout)["error"]

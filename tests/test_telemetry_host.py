@@ -1,6 +1,7 @@
 """Host telemetry and the sampler process, run for real (spawned processes, real files)."""
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,11 @@ def test_host_sampler_rows_columns_and_period(tmp_path: Path) -> None:
     assert 35 <= len(rows) == report.rows_written == report.ticks <= 60
     assert 18.0 <= report.mean_period_ms <= 30.0
     assert all(r["node"] == 3 and r["device"] is None and r["source"] == "host" for r in rows)
-    # The first tick follows the source's construction by microseconds: no CPU tick between.
-    assert all(0 <= r["cpu_util_pct"] <= 100 for r in rows[1:])
+    # None means the kernel's CPU counters (10 ms ticks) did not advance since the last row: so
+    # always for the first row, which follows the source's construction by microseconds, and
+    # now and then under load, when a late tick is followed closely by the next.
+    util = [r["cpu_util_pct"] for r in rows[1:] if r["cpu_util_pct"] is not None]
+    assert len(util) >= 0.8 * len(rows[1:]) and all(0 <= u <= 100 for u in util)
     assert all(r["host_mem_used_bytes"] > 0 for r in rows)
     assert all(r["power_w"] is None and r["temp_gpu_c"] is None for r in rows)
     assert report.errors == []
@@ -157,17 +161,28 @@ def test_bad_sampler_input_fails_loudly(tmp_path: Path) -> None:
         TelemetrySampler([("host", {"node": 0})], interval_ms=20, chunks_dir=tmp_path).start()
 
 
+def test_sampler_ignores_ctrl_c(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C reaches the whole process group) leaves the sampler running."""
+    sampler = TelemetrySampler([("host", {"node": 0})], interval_ms=20, chunks_dir=tmp_path)
+    sampler.start()
+    assert sampler.pid is not None
+    os.kill(sampler.pid, signal.SIGINT)
+    time.sleep(0.3)
+    report = sampler.stop()
+    assert report.errors == [] and report.ticks >= 10
+
+
 def test_sampler_memory_stays_flat_at_1ms(tmp_path: Path) -> None:
     """At 1 ms with 500-row chunks the sampler's peak RSS barely grows over 3 s."""
     report, rows = run_sampler(
         tmp_path, [("host", {"node": 0})], 3.0, interval_ms=1, chunk_rows=500
     )
 
-    assert len(rows) == report.rows_written > 1500
-    assert report.chunks >= 4
-    assert 0 < report.rss_start_bytes <= report.rss_max_bytes
+    assert len(rows) == report.rows_written > 1000  # ~3000 on an idle host, fewer under load.
+    assert report.chunks == -(-len(rows) // 500) >= 3
+    assert 0 < report.rss_start_bytes <= report.rss_peak_bytes
     # Measured on a 2-core CPU host: ~10 MiB of one-off growth (Parquet writer warm-up).
-    assert report.rss_max_bytes - report.rss_start_bytes < 24 * 2**20
+    assert report.rss_peak_bytes - report.rss_start_bytes < 24 * 2**20
 
 
 def write_rapl_zone(root: Path, zone: str, name: str, energy_uj: int, max_uj: int) -> None:

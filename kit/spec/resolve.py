@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
-from kit.spec.detect import detect_platform, platform_present
+from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
 from kit.spec.run import OptimizationConfig, ParallelConfig, Recompute, RunConfig
@@ -69,17 +69,17 @@ def apply_scaling(workload: WorkloadSpec, platform: PlatformSpec) -> tuple[Workl
     return scaled, ScalingRecord(original=workload, rule=rule, platform=platform.name)
 
 
-def _data_parallel(req: RunRequest, platform: PlatformSpec) -> int:
+def _data_parallel(req: RunRequest, platform: PlatformSpec, per_node: int | None) -> int:
     model_ranks = req.tp * req.pp * req.cp
-    if platform.devices_per_node is None:  # cpu: the world is whatever the degrees ask for
+    if per_node is None:  # cpu: the world is whatever the degrees ask for
         if req.nodes > 1:
             raise KitInputError("the cpu platform runs on one node; drop --nodes")
         return req.dp or 1
-    world = req.nodes * platform.devices_per_node
+    world = req.nodes * per_node
     if world % model_ranks:
         raise KitInputError(
             f"tp x pp x cp ({model_ranks}) must divide the world size {world} "
-            f"({req.nodes} node(s) x {platform.devices_per_node} {platform.name} devices)"
+            f"({req.nodes} node(s) x {per_node} {platform.name} devices)"
         )
     derived = world // model_ranks
     if req.dp is not None and req.dp != derived:
@@ -102,6 +102,11 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
             f"platform {platform.name} ({platform.device_name}) is not present on this host; "
             "use --dry-run to resolve it here, or --platform cpu"
         )
+    per_node = platform.devices_per_node
+    if require_present and per_node is not None:
+        # A host with fewer devices than the profile's full node (a 1-GPU workstation, a
+        # partial allocation) runs on the devices it has; the config records how many.
+        per_node = min(per_node, len(local_accelerator_names())) or per_node
     original = load_workload(req.workload)
     workload, scaling = apply_scaling(original, platform)
     cfg = RunConfig(
@@ -111,8 +116,9 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         engine=req.engine,
         launcher=req.launcher,
         nodes=req.nodes,
+        devices_per_node=per_node,
         parallel=ParallelConfig(
-            tp=req.tp, pp=req.pp, dp=_data_parallel(req, platform), cp=req.cp, ep=req.ep,
+            tp=req.tp, pp=req.pp, dp=_data_parallel(req, platform, per_node), cp=req.cp, ep=req.ep,
             vpp=req.vpp, sp=req.sp,
         ),
         optim=OptimizationConfig(

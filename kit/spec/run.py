@@ -58,6 +58,11 @@ class RunConfig(BaseModel):
     engine: Literal["megatron", "deepspeed"] = "megatron"
     launcher: Literal["local", "slurm"] = "local"
     nodes: int = Field(1, gt=0, description="Nodes; world size = nodes x devices per node.")
+    devices_per_node: int | None = Field(
+        None, gt=0,
+        description="Devices used per node: the profile's, or fewer when a real run finds fewer "
+        "on the host; null on cpu (ranks are processes).",
+    )
     parallel: ParallelConfig
     optim: OptimizationConfig
     micro_batch_size: int = Field(gt=0, description="Samples per micro-batch per DP rank.")

@@ -20,15 +20,14 @@ Typical use::
 import json
 import multiprocessing as mp
 import os
-import resource
 import signal
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -76,8 +75,9 @@ class SamplerReport:
         sources: Per source name, what it reported by ``fields()``.
         errors: Sources that failed to build or to sample (each then dropped), and any fatal
             error of the loop itself.
-        rss_start_bytes: Peak resident memory of the process after its first tick.
-        rss_max_bytes: Peak resident memory of the process over its whole life.
+        rss_start_bytes: Resident memory of the process after its first tick.
+        rss_peak_bytes: Largest resident memory seen: after the first tick, at every chunk
+            write (where memory peaks: a full buffer and its Arrow table) and at the end.
     """
 
     interval_ms: float
@@ -89,7 +89,7 @@ class SamplerReport:
     sources: dict[str, dict[str, FieldInfo]] = field(default_factory=dict)
     errors: list[SamplerErrorRecord] = field(default_factory=list)
     rss_start_bytes: int = 0
-    rss_max_bytes: int = 0
+    rss_peak_bytes: int = 0
 
     def write(self, path: Path) -> None:
         """Write the report as JSON, atomically."""
@@ -127,10 +127,13 @@ class _ChildConfig:
     chunk_rows: int
 
 
-def _max_rss_bytes() -> int:
-    """Peak resident set size of this process so far."""
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss if sys.platform == "darwin" else maxrss * 1024  # Linux reports KiB.
+def _rss_bytes() -> int:
+    """Resident set size of this process now.
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux keeps that across ``execve``, so a spawned child
+    starts with its parent's peak (a training rank's, with torch loaded) as its own.
+    """
+    return psutil.Process().memory_info().rss
 
 
 class _ChunkWriter:
@@ -142,6 +145,7 @@ class _ChunkWriter:
         self._rows: list[dict[str, Any]] = []
         self.chunks = 0
         self.rows_written = 0
+        self.rss_peak_bytes = 0
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         """Buffer rows, writing out every full chunk."""
@@ -160,6 +164,7 @@ class _ChunkWriter:
         path = self._dir / f"chunk-{self.chunks:06d}.parquet"
         tmp = path.with_name(path.name + ".tmp")
         pq.write_table(pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA), tmp)
+        self.rss_peak_bytes = max(self.rss_peak_bytes, _rss_bytes())
         os.replace(tmp, path)  # A reader never sees a half-written chunk.
         self.chunks += 1
         self.rows_written += len(rows)
@@ -216,7 +221,7 @@ class _SamplerLoop:
             self.report.ticks += 1
             if self.report.ticks == 1:
                 first_tick = last_tick
-                self.report.rss_start_bytes = _max_rss_bytes()
+                self.report.rss_start_bytes = _rss_bytes()
                 started.set()
             next_tick += interval_s
             behind_s = time.monotonic() - next_tick
@@ -238,7 +243,9 @@ class _SamplerLoop:
                 source.close()
             self.report.rows_written = self._writer.rows_written
             self.report.chunks = self._writer.chunks
-            self.report.rss_max_bytes = _max_rss_bytes()
+            self.report.rss_peak_bytes = max(
+                self.report.rss_start_bytes, self._writer.rss_peak_bytes, _rss_bytes()
+            )
             self.report.write(self._cfg.chunks_dir / REPORT_NAME)
 
 
@@ -303,6 +310,11 @@ class TelemetrySampler:
             name="telemetry-sampler",
             daemon=True,
         )
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the sampler process; ``None`` before :meth:`start`."""
+        return self._proc.pid
 
     @property
     def report_path(self) -> Path:
