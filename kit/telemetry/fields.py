@@ -10,57 +10,22 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from kit.bundle.schema import TELEMETRY_FIELDS, TELEMETRY_SCHEMA
+
 Source = Literal["gpu", "host"]
 """What a row describes: one accelerator (``device`` is its local index) or the host."""
 
 IDENTITY_COLUMNS: tuple[str, ...] = ("t", "node", "device", "source")
 """Columns that say when and what: unix seconds, node index, device index or None, source."""
 
-GPU_FIELDS: tuple[str, ...] = (
-    "power_w",  # instantaneous board/package power
-    "power_avg_w",  # the driver's own moving average (its window is in FieldInfo)
-    "energy_j",  # hardware energy counter, cumulative since an arbitrary origin
-    "temp_gpu_c",
-    "temp_mem_c",
-    "clock_sm_mhz",
-    "clock_mem_mhz",
-    "util_gpu_pct",
-    "mem_used_bytes",
-    "throttle",  # the kit's vendor-neutral throttle reason bits
-    "pcie_tx_bytes",
-    "pcie_rx_bytes",
-    "link_tx_bytes",  # NVLink / xGMI
-    "link_rx_bytes",
-)
-"""Canonical fields of a ``source == "gpu"`` row."""
+CANONICAL_FIELDS: tuple[str, ...] = TELEMETRY_FIELDS
+"""Every measured field, in column order (defined with units in :mod:`kit.bundle.schema`)."""
 
-HOST_FIELDS: tuple[str, ...] = ("cpu_util_pct", "host_mem_used_bytes", "cpu_power_w")
-"""Canonical fields of a ``source == "host"`` row."""
+TELEMETRY_ARROW_SCHEMA: pa.Schema = TELEMETRY_SCHEMA
+"""Arrow schema of telemetry rows; the bundle format owns it."""
 
-CANONICAL_FIELDS: tuple[str, ...] = GPU_FIELDS + HOST_FIELDS
-"""Every measured field, in column order."""
-
-TELEMETRY_COLUMNS: tuple[str, ...] = IDENTITY_COLUMNS + CANONICAL_FIELDS
+TELEMETRY_COLUMNS: tuple[str, ...] = tuple(TELEMETRY_ARROW_SCHEMA.names)
 """Every column of ``telemetry.parquet``, in order."""
-
-
-def _arrow_type(field: str) -> pa.DataType:
-    """Arrow type of one canonical field, from its unit suffix."""
-    if field.endswith("_bytes") or field == "throttle":
-        return pa.int64()
-    return pa.float64()
-
-
-TELEMETRY_ARROW_SCHEMA: pa.Schema = pa.schema(
-    [
-        pa.field("t", pa.float64(), nullable=False),
-        pa.field("node", pa.int32(), nullable=False),
-        pa.field("device", pa.int32(), nullable=True),
-        pa.field("source", pa.string(), nullable=False),
-    ]
-    + [pa.field(f, _arrow_type(f), nullable=True) for f in CANONICAL_FIELDS]
-)
-"""Arrow schema of telemetry rows: identity columns, then every canonical field, nullable."""
 
 
 def make_row(

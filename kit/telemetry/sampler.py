@@ -14,7 +14,7 @@ Typical use::
         train()
     finally:
         report = sampler.stop()
-    table = read_chunks(d)
+    table = concat_chunks(d)  # kit.bundle.writer
 """
 
 import json
@@ -76,6 +76,8 @@ class SamplerReport:
         errors: Sources that failed to build or to sample (each then dropped), and any fatal
             error of the loop itself.
         rss_start_bytes: Resident memory of the process after its first tick.
+        rss_first_chunk_bytes: Resident memory right after the first chunk was written (the
+            Parquet writer's one-off allocations are done by then); 0 if none was.
         rss_peak_bytes: Largest resident memory seen: after the first tick, at every chunk
             write (where memory peaks: a full buffer and its Arrow table) and at the end.
     """
@@ -90,6 +92,7 @@ class SamplerReport:
     errors: list[SamplerErrorRecord] = field(default_factory=list)
     rss_start_bytes: int = 0
     rss_peak_bytes: int = 0
+    rss_first_chunk_bytes: int = 0
 
     def write(self, path: Path) -> None:
         """Write the report as JSON, atomically."""
@@ -107,14 +110,6 @@ class SamplerReport:
         }
         data["errors"] = [SamplerErrorRecord(**e) for e in data["errors"]]
         return cls(**data)
-
-
-def read_chunks(chunks_dir: Path) -> pa.Table:
-    """Concatenate every chunk file in ``chunks_dir``, in write order, into one table."""
-    paths = sorted(chunks_dir.glob(CHUNK_GLOB))
-    if not paths:
-        return TELEMETRY_ARROW_SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(p, schema=TELEMETRY_ARROW_SCHEMA) for p in paths)
 
 
 @dataclass(frozen=True)
@@ -146,6 +141,7 @@ class _ChunkWriter:
         self.chunks = 0
         self.rows_written = 0
         self.rss_peak_bytes = 0
+        self.rss_first_chunk_bytes = 0
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         """Buffer rows, writing out every full chunk."""
@@ -164,7 +160,9 @@ class _ChunkWriter:
         path = self._dir / f"chunk-{self.chunks:06d}.parquet"
         tmp = path.with_name(path.name + ".tmp")
         pq.write_table(pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA), tmp)
-        self.rss_peak_bytes = max(self.rss_peak_bytes, _rss_bytes())
+        rss = _rss_bytes()
+        self.rss_peak_bytes = max(self.rss_peak_bytes, rss)
+        self.rss_first_chunk_bytes = self.rss_first_chunk_bytes or rss
         os.replace(tmp, path)  # A reader never sees a half-written chunk.
         self.chunks += 1
         self.rows_written += len(rows)
@@ -243,6 +241,7 @@ class _SamplerLoop:
                 source.close()
             self.report.rows_written = self._writer.rows_written
             self.report.chunks = self._writer.chunks
+            self.report.rss_first_chunk_bytes = self._writer.rss_first_chunk_bytes
             self.report.rss_peak_bytes = max(
                 self.report.rss_start_bytes, self._writer.rss_peak_bytes, _rss_bytes()
             )
