@@ -69,7 +69,7 @@ def run(workload: str, out: Path, dry_run: bool, as_json: bool, **opts: object) 
 
     result = run_session(cfg, out, command=sys.argv)
     print_summary(result)
-    click.echo(str(result.bundle))
+    click.echo(str(result.bundle.resolve()))
     if result.status != "ok":
         sys.exit(1)
 

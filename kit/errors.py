@@ -19,6 +19,3 @@ class KitInputError(KitError):
 class BundleError(KitInputError):
     """A result bundle that is missing, corrupt, tampered with or of an unknown schema."""
 
-
-class RunFailedError(KitError):
-    """A launched run ended in a status other than ``ok`` (its bundle was still written)."""

@@ -118,20 +118,29 @@ def test_moe_workload_trains_on_cpu(cli, tmp_path):
     assert losses[0] != losses[1] and all(math.isfinite(x) for x in losses[0] + losses[1])
 
 
-def test_sigterm_ends_with_interrupted_and_a_complete_bundle(tmp_path):
-    proc = subprocess.Popen(
+def start_long_run(out: Path) -> subprocess.Popen:
+    """A 2-rank run far longer than any test waits for."""
+    return subprocess.Popen(
         [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--tp", "2", "--steps", "500",
-         "--warmup", "1", "--out", str(tmp_path)],
+         "--warmup", "1", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )
-    deadline = time.monotonic() + 300
-    progress = None
+
+
+def wait_for_steps(out: Path, steps: int, timeout_s: float = 300) -> None:
+    """Block until rank 0 of the run staged under ``out`` has finished ``steps`` steps."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        progress = next(tmp_path.glob(".*.partial/progress.jsonl"), None)
-        if progress is not None and progress.read_text().count("\n") >= 3:
-            break
+        progress = next(out.glob(".*.partial/progress.jsonl"), None)
+        if progress is not None and progress.read_text().count("\n") >= steps:
+            return
         time.sleep(0.2)
-    assert progress is not None
+    raise AssertionError(f"the run did not reach {steps} steps in {timeout_s} s")
+
+
+def test_sigterm_ends_with_interrupted_and_a_complete_bundle(tmp_path):
+    proc = start_long_run(tmp_path)
+    wait_for_steps(tmp_path, 3)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
@@ -146,19 +155,9 @@ def test_sigterm_ends_with_interrupted_and_a_complete_bundle(tmp_path):
 
 def test_a_crashing_rank_gives_status_failed(tmp_path):
     """Kill one rank mid-run: its peer errors out of the collective, the bundle says failed."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--tp", "2", "--steps", "500",
-         "--warmup", "1", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )
-    deadline = time.monotonic() + 300
-    victim = None
-    while time.monotonic() < deadline and victim is None:
-        staging = next(tmp_path.glob(".*.partial"), None)
-        if staging and (staging / "progress.jsonl").is_file() and \
-                (staging / "progress.jsonl").read_text().count("\n") >= 2:
-            victim = _rank_pid(proc.pid, rank=1)
-        time.sleep(0.2)
+    proc = start_long_run(tmp_path)
+    wait_for_steps(tmp_path, 2)
+    victim = _rank_pid(proc.pid, rank=1)
     assert victim is not None
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=300)

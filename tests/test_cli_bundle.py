@@ -1,0 +1,77 @@
+"""`bundle show|verify`, `workloads` and `platforms` through the CLI, on a real CPU run's bundle."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def real_bundle(tmp_path_factory) -> Path:
+    from .conftest import kit_cli
+
+    out = tmp_path_factory.mktemp("runs")
+    r = kit_cli("run", "gpt3-tiny", "--steps", "2", "--warmup", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def copy(real_bundle, tmp_path) -> Path:
+    dest = tmp_path / real_bundle.name
+    shutil.copytree(real_bundle, dest)
+    return dest
+
+
+def test_verify_and_show_a_good_bundle(cli, real_bundle):
+    r = cli("bundle", "verify", str(real_bundle))
+    assert r.returncode == 0 and r.stdout.startswith("ok  ")
+    r = cli("bundle", "show", str(real_bundle))
+    assert r.returncode == 0 and "gpt3-tiny" in r.stdout and "n/a" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "tamper, needle",
+    [
+        (lambda b: (b / "metrics.json").write_text((b / "metrics.json").read_text() + " "),
+         "metrics.json"),
+        (lambda b: (b / "logs" / "rank0.log").unlink(), "logs/rank0.log"),
+        (lambda b: (b / "notes.txt").write_text("added"), "notes.txt"),
+        (lambda b: (b / "steps.parquet").write_bytes(b"not parquet"), "steps.parquet"),
+    ],
+)
+def test_verify_names_the_tampered_file(cli, copy, tamper, needle):
+    tamper(copy)
+    r = cli("bundle", "verify", str(copy))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+
+
+def test_verify_catches_a_manifest_that_fails_the_schema(cli, copy):
+    """Edit the manifest and re-hash it, so only the schema check can notice."""
+    import hashlib
+
+    m = json.loads((copy / "manifest.json").read_text())
+    m["status"] = "mostly fine"
+    (copy / "manifest.json").write_text(json.dumps(m))
+    digest = hashlib.sha256((copy / "manifest.json").read_bytes()).hexdigest()
+    sums = [ln if not ln.endswith("  manifest.json") else f"{digest}  manifest.json"
+            for ln in (copy / "SHA256SUMS").read_text().splitlines()]
+    (copy / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    r = cli("bundle", "verify", str(copy))
+    assert r.returncode == 2 and "manifest.json" in r.stderr and "status" in r.stderr
+
+
+def test_listing_commands(cli):
+    r = cli("workloads", "list")
+    assert r.returncode == 0 and "mixtral-8x22b" in r.stdout and "gpt3-tiny" in r.stdout
+    r = cli("workloads", "show", "llama3-70b")
+    assert r.returncode == 0 and "28672" in r.stdout
+    r = cli("platforms", "list")
+    assert r.returncode == 0 and "989" in r.stdout
+    r = cli("platforms", "show", "mi250")
+    assert r.returncode == 0 and "scaling" in r.stdout
+    r = cli("platforms", "detect")
+    assert r.returncode == 0 and r.stdout.startswith("cpu")
