@@ -10,6 +10,7 @@ platform's dense peak for the run's dtype and is null when the platform declares
 import statistics
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,8 +33,15 @@ def step_spans(steps: pa.Table) -> dict[int, tuple[float, float]]:
     return spans
 
 
-def _in_windows(t: list[float], windows: list[tuple[float, float]]) -> list[bool]:
-    return [any(a <= x <= b for a, b in windows) for x in t]
+def in_windows(t: list[float], windows: list[tuple[float, float]]) -> list[bool]:
+    """Whether each time lies in one of the (non-overlapping) windows; O(n log w)."""
+    ordered = sorted(windows)
+    starts = np.array([a for a, _ in ordered])
+    ends = np.array([b for _, b in ordered])
+    idx = np.searchsorted(starts, np.asarray(t, dtype=float), side="right") - 1
+    ok = idx >= 0
+    ok[ok] = np.asarray(t, dtype=float)[ok] <= ends[idx[ok]]
+    return ok.tolist()
 
 
 def power_summary(telemetry: pa.Table, windows: list[tuple[float, float]]) -> dict[str, Any]:
@@ -48,7 +56,7 @@ def power_summary(telemetry: pa.Table, windows: list[tuple[float, float]]) -> di
     if telemetry.num_rows == 0 or not windows:
         return out
     rows = telemetry.to_pylist()
-    inside = _in_windows([r["t"] for r in rows], windows)
+    inside = in_windows([r["t"] for r in rows], windows)
     rows = [r for r, ok in zip(rows, inside, strict=True) if ok]
     gpu = [r for r in rows if r["source"] == "gpu" and r["power_w"] is not None]
     host = [r for r in rows if r["source"] == "host" and r["cpu_power_w"] is not None]
@@ -63,7 +71,6 @@ def power_summary(telemetry: pa.Table, windows: list[tuple[float, float]]) -> di
     out["power_w_peak"] = max(p for v in series.values() for _, p in v)
     counters = [r for r in gpu if r["energy_j"] is not None]
     if counters:
-        total = 0.0
         by_dev: dict[Any, list[float]] = {}
         for r in counters:
             by_dev.setdefault((r["node"], r["device"]), []).append(r["energy_j"])
@@ -73,7 +80,8 @@ def power_summary(telemetry: pa.Table, windows: list[tuple[float, float]]) -> di
         total = 0.0
         for v in series.values():
             v.sort()
-            total += sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(v, v[1:]))
+            t, p = np.array([x for x, _ in v]), np.array([y for _, y in v])
+            total += float(np.sum(np.diff(t) * (p[1:] + p[:-1]) / 2))
         out["energy_j"], out["energy_source"] = total, f"integrated {key}"
     temps: dict[Any, float] = {}
     for r in rows:

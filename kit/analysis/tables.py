@@ -77,7 +77,8 @@ def resolved_summary(cfg: RunConfig) -> str:
         ["dtype", cfg.dtype],
         ["steps", f"{cfg.warmup} warmup + {cfg.steps} measured"],
         ["parameters", f"{params_count(cfg.workload):,}"],
-        ["model FLOPs per step", f"{model_flops_per_step(cfg.workload, cfg.global_batch_size, p.tp):.4g}"],
+        ["model FLOPs per step",
+         f"{model_flops_per_step(cfg.workload, cfg.global_batch_size, p.tp):.4g}"],
     ]
     if cfg.scaling:
         changed = ", ".join(f"{k} {getattr(cfg.scaling.original, k)}->{v}"

@@ -68,7 +68,7 @@ def overall_status(
     cfg: RunConfig, outcome: LaunchOutcome, results: list[RankResult | None]
 ) -> tuple[str, str | None]:
     """Fold per-rank results into the run's status and first error."""
-    for r, res in enumerate(results):
+    for res in results:
         if res is not None and res.status in ("failed", "oom"):
             return res.status, res.error
     missing = [r for r, res in enumerate(results) if res is None]

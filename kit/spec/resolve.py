@@ -44,7 +44,9 @@ class RunRequest(BaseModel):
     seed: int = 1234
 
 
-def apply_scaling(workload: WorkloadSpec, platform: PlatformSpec) -> tuple[WorkloadSpec, ScalingRecord | None]:
+def apply_scaling(
+    workload: WorkloadSpec, platform: PlatformSpec
+) -> tuple[WorkloadSpec, ScalingRecord | None]:
     """Scale ``workload`` by ``platform``'s declared rule for it, recording the provenance."""
     rule = platform.scaling.get(workload.name)
     if rule is None:

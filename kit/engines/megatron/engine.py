@@ -163,7 +163,7 @@ class MegatronEngine(Engine):
             if len(wrapped) == 1:
                 self.config.grad_sync_func = self.config.grad_sync_func[0]
 
-    def _allreduce_grads_cpu(self, model: list[torch.nn.Module], *args: Any, **kwargs: Any) -> None:
+    def _allreduce_grads_cpu(self, model: list[torch.nn.Module], *_: Any, **__: Any) -> None:
         """Average gradients over the data-parallel group (the CPU stand-in for megatron DDP)."""
         from megatron.core import parallel_state as ps
 
@@ -174,8 +174,9 @@ class MegatronEngine(Engine):
         flat = torch._utils._flatten_dense_tensors(grads)
         dist.all_reduce(flat, group=group)
         flat /= ps.get_data_parallel_world_size()
-        for g, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
-            g.copy_(synced)
+        synced = torch._utils._unflatten_dense_tensors(flat, grads)
+        for g, avg in zip(grads, synced, strict=True):
+            g.copy_(avg)
 
     def train_step(self, step: int) -> StepResult:
         """Run the micro-batches of one global batch through megatron-core's schedule."""
@@ -224,7 +225,9 @@ class MegatronEngine(Engine):
         """Versions of torch and megatron-core, and the attention implementation."""
         notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)"]
         if self.cfg is not None and self.cfg.platform.is_cpu:
-            notes.append("cpu: megatron-core with kit.engines.megatron.cpu_compat; DP by gloo all-reduce")
+            notes.append(
+                "cpu: megatron-core with kit.engines.megatron.cpu_compat; DP by gloo all-reduce"
+            )
         return EngineInfo(
             versions={"torch": torch.__version__, "megatron-core": str(adapter.mcore_version())},
             notes=notes,
