@@ -41,7 +41,8 @@ def cli() -> None:
 @click.option("--zero", type=click.IntRange(0, 3), default=0, help="DeepSpeed ZeRO stage.")
 @click.option("--steps", type=int, default=20, show_default=True, help="Measured steps.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured steps first.")
-@click.option("--telemetry-interval-ms", type=int, default=20, show_default=True)
+@click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,
+              show_default=True, help="Sampling period; 0 turns telemetry off.")
 @click.option("--profile", is_flag=True, help="Record a kernel profile of one step.")
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),

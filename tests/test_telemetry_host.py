@@ -180,7 +180,7 @@ def test_sampler_memory_stays_flat_at_1ms(tmp_path: Path) -> None:
     )
 
     assert len(rows) == report.rows_written > 1000  # ~3000 on an idle host, fewer under load.
-    assert report.chunks == -(-len(rows) // 500) >= 3
+    assert report.chunks >= -(-len(rows) // 500) >= 3  # also a chunk at least every 2 s
     assert 0 < report.rss_start_bytes <= report.rss_first_chunk_bytes <= report.rss_peak_bytes
     # After the first chunk (Parquet writer warm-up, 10-50 MiB depending on the pyarrow build)
     # memory must not grow with the rows written: 5+ more chunks add well under 16 MiB.

@@ -65,6 +65,8 @@ STEPS_SCHEMA = pa.schema(
         _field("tokens", pa.int64(), "Tokens this rank's data-parallel replica consumed.", False),
         _field("loss", pa.float64(), "Training loss; null on ranks that do not compute it."),
         _field("stage", pa.int32(), "Pipeline stage of the rank (0 = first).", False),
+        _field("gpu_energy_j", pa.float64(), "Energy of the rank's GPU over the step (Zeus "
+               "window on the hardware counter), joules; null when not measured."),
     ]
 )
 """``steps.parquet``: one row per step per rank."""
@@ -84,6 +86,10 @@ _GPU_COLUMNS: list[pa.Field] = [
     _field("pcie_rx_bytes", pa.int64(), "PCIe bytes received since the sampler started."),
     _field("link_tx_bytes", pa.int64(), "NVLink/xGMI bytes sent since the sampler started."),
     _field("link_rx_bytes", pa.int64(), "NVLink/xGMI bytes received since the sampler started."),
+    _field("viol_power_s", pa.float64(), "Cumulative time clocks were held by the power limit "
+           "(NVML violation counter), seconds."),
+    _field("viol_thermal_s", pa.float64(), "Cumulative time clocks were held by a thermal "
+           "limit (NVML violation counter), seconds."),
 ]
 _HOST_COLUMNS: list[pa.Field] = [
     _field("cpu_util_pct", pa.float64(), "Host CPU busy percentage over all cores, 0..100."),

@@ -3,6 +3,7 @@
 import platform as pyplatform
 import socket
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import psutil
 
@@ -45,11 +46,18 @@ def _nvidia_driver() -> str | None:
         return None
 
 
-def node_inventory() -> NodeInventory:
-    """Hardware and software of this node (GPUs as their drivers name them)."""
+def node_inventory(device_facts: list[dict[str, Any]] | None = None) -> NodeInventory:
+    """Hardware and software of this node.
+
+    Args:
+        device_facts: What a telemetry backend read of each device (name, uuid, power limit,
+            max SM clock, memory); without it, devices as their drivers name them.
+    """
     import torch
 
-    gpus = [{"index": i, "name": n} for i, n in enumerate(local_accelerator_names())]
+    gpus = device_facts or [
+        {"device": i, "name": n} for i, n in enumerate(local_accelerator_names())
+    ]
     return NodeInventory(
         host=socket.gethostname(),
         cpu=_cpu_model(),

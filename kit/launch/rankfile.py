@@ -28,6 +28,7 @@ class StepRecord:
     t_end: float
     tokens: int
     loss: float | None
+    gpu_energy_j: float | None = None
 
 
 @dataclass
@@ -44,6 +45,8 @@ class RankResult:
     mem_peak_bytes: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    measured_energy_j: float | None = None
+    """Zeus energy of this rank's GPU over the whole measured phase, joules."""
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

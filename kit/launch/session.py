@@ -89,7 +89,8 @@ def steps_table(results: list[RankResult | None]) -> pa.Table:
         stage = res.placement.get("pp_rank", 0)
         for s in res.steps:
             rows.append({"step": s.step, "rank": res.rank, "phase": s.phase, "t_start": s.t_start,
-                         "t_end": s.t_end, "tokens": s.tokens, "loss": s.loss, "stage": stage})
+                         "t_end": s.t_end, "tokens": s.tokens, "loss": s.loss, "stage": stage,
+                         "gpu_energy_j": s.gpu_energy_j})
     return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
 
 
@@ -113,13 +114,25 @@ def rank_records(cfg: RunConfig, results: list[RankResult | None], status: str) 
 
 
 def telemetry_plan(cfg: RunConfig) -> tuple[list[SourceSpec], str]:
-    """Sources to sample on this node, and why the fields no source fills are empty."""
-    if cfg.platform.is_cpu:
-        return [("host", {"node": 0})], "no GPU on the cpu platform"
-    return [("host", {"node": 0})], (
-        f"GPU telemetry backends ({', '.join(b for b in cfg.platform.telemetry if b != 'host')}) "
-        "are not in this kit version yet"
-    )
+    """Sources the node sampler builds, and why a field no source fills is empty.
+
+    Zeus is not a sampler source: its windows live in the ranks (see kit.launch.worker).
+    """
+    if cfg.telemetry_interval_ms == 0:
+        return [], "telemetry off (--telemetry-interval-ms 0)"
+    devices = list(range(cfg.devices_per_node or 0))
+    specs: list[SourceSpec] = []
+    for backend in cfg.platform.telemetry:
+        if backend == "host":
+            specs.append(("host", {"node": 0}))
+        elif backend in ("nvml", "amdsmi"):
+            specs.append((backend, {"node": 0, "devices": devices}))
+        elif backend == "replay":
+            specs.append(("replay", {"node": 0, "trace": cfg.platform.replay_trace}))
+    gpu_backends = [b for b in cfg.platform.telemetry if b not in ("host", "zeus")]
+    why = (f"no backend of {gpu_backends} could read it" if gpu_backends
+           else f"platform {cfg.platform.name} has no device telemetry backend")
+    return specs, why
 
 
 def telemetry_sources(
@@ -135,12 +148,30 @@ def telemetry_sources(
                 continue
             if info.readable:
                 period = report.mean_period_ms if report and report.mean_period_ms else interval_ms
-                out[name] = FieldSource(source=src, period_ms=float(period), reason=None)
+                notes = [n for n in (
+                    info.reason,
+                    f"counter updates every {info.update_period_ms:g} ms"
+                    if info.update_period_ms else None,
+                ) if n]
+                out[name] = FieldSource(source=src, period_ms=float(period),
+                                        reason="; ".join(notes) or None)
                 break
             reason = f"{src}: {info.reason}"
         else:
             out[name] = FieldSource(source=None, period_ms=None, reason=reason)
     return out
+
+
+def device_facts(report: SamplerReport | None, replay: bool) -> list[dict[str, Any]]:
+    """Static facts of node 0's devices from the first device backend that reported them.
+
+    With ``replay`` False a replayed trace's devices are skipped: they describe the machine the
+    trace was recorded on, not this node.
+    """
+    for name, devices in (report.devices if report else {}).items():
+        if devices and (replay or name != "replay"):
+            return devices
+    return []
 
 
 def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
@@ -150,7 +181,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
     sources, missing_why = telemetry_plan(cfg)
     sampler = TelemetrySampler(
         sources, interval_ms=cfg.telemetry_interval_ms, chunks_dir=staging.chunks_dir
-    )
+    ) if sources else None
     report: SamplerReport | None = None
     telemetry_notes: list[str] = []
     outcome = LaunchOutcome()
@@ -159,7 +190,8 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
     launch_error: str | None = None
     try:
         try:
-            sampler.start()
+            if sampler is not None:
+                sampler.start()
         except TelemetryError as e:  # telemetry is lost, the run is not
             telemetry_notes.append(f"telemetry: sampler did not start: {e}")
         outcome = launch_local(cfg, staging.path, staging.logs_dir, on_poll=watcher.poll)
@@ -167,7 +199,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
         launch_error = f"launcher: {type(e).__name__}: {e}"
     finally:
         watcher.close()
-        if not telemetry_notes:
+        if sampler is not None and not telemetry_notes:
             try:
                 report = sampler.stop()
             except TelemetryError as e:
@@ -187,12 +219,13 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
     metrics = MetricsFile(
         summary=summary,
         per_rank=[{"rank": r.rank, "status": r.status, "mem_peak_bytes": r.mem_peak_bytes,
-                   "measured_steps": sum(s.phase == "measured" for s in r.steps), **r.placement}
+                   "measured_steps": sum(s.phase == "measured" for s in r.steps),
+                   "zeus_measured_energy_j": r.measured_energy_j, **r.placement}
                   for r in results if r],
         per_device=[],
         notes=notes,
     )
-    inventory = node_inventory()
+    inventory = node_inventory(device_facts(report, replay=False))
     manifest = Manifest(
         kit_version=kit.__version__,
         git_commit=_git_commit(),

@@ -25,6 +25,9 @@ from kit.launch.rankfile import (
     read_config,
     write_rank_result,
 )
+from kit.spec.run import RunConfig
+from kit.telemetry.base import TelemetryError
+from kit.telemetry.zeus import ZeusStepEnergy
 
 
 class _StopFlag:
@@ -42,6 +45,60 @@ def _any_rank_stopping(flag: _StopFlag, device: torch.device) -> bool:
     t = torch.tensor([1 if flag.set else 0], dtype=torch.int32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+class _ZeusWindows:
+    """Zeus windows of one rank: each measured step, and the measured phase as a whole.
+
+    A Zeus failure mid-run is noted in the rank's result and ends Zeus measurement (methods
+    then return None in place of the windows object); training goes on.
+    """
+
+    PHASE = "measured-phase"
+
+    def __init__(self, meter: "ZeusStepEnergy", result: RankResult) -> None:
+        self._meter, self._result, self._phase_open = meter, result, False
+
+    def _fail(self, e: Exception) -> None:
+        self._result.notes.append(f"zeus stopped: {e}")
+
+    def begin_step(self, step: int) -> "_ZeusWindows | None":
+        try:
+            if not self._phase_open:
+                self._meter.begin(self.PHASE)
+                self._phase_open = True
+            self._meter.begin(f"step-{step}")
+            return self
+        except TelemetryError as e:
+            self._fail(e)
+            return None
+
+    def end_step(self, step: int) -> tuple["_ZeusWindows | None", float | None]:
+        try:
+            return self, self._meter.end(f"step-{step}")
+        except TelemetryError as e:
+            self._fail(e)
+            return None, None
+
+    def end_phase(self) -> float | None:
+        if not self._phase_open:
+            return None
+        try:
+            return self._meter.end(self.PHASE)
+        except TelemetryError as e:
+            self._fail(e)
+            return None
+
+
+def _zeus_windows(cfg: RunConfig, local_rank: int, result: RankResult) -> _ZeusWindows | None:
+    """Zeus step windows when the platform lists zeus and telemetry is on, else None."""
+    if cfg.platform.is_cpu or "zeus" not in cfg.platform.telemetry or not cfg.telemetry_interval_ms:
+        return None
+    try:
+        return _ZeusWindows(ZeusStepEnergy(local_rank), result)
+    except TelemetryError as e:
+        result.notes.append(f"zeus not used: {e}")
+        return None
 
 
 def run_rank(staging: Path) -> int:
@@ -62,22 +119,30 @@ def run_rank(staging: Path) -> int:
         info = engine.info()
         result.versions, result.notes = info.versions, info.notes
         print(f"rank {rank}: placement {result.placement}", flush=True)
+        zeus = _zeus_windows(cfg, local_rank, result)
         status = "ok"
         for step in range(cfg.total_steps):
             if _any_rank_stopping(flag, engine.device):
                 status = "interrupted"
                 break
+            phase = "warmup" if step < cfg.warmup else "measured"
             engine.synchronize()
+            if zeus is not None and phase == "measured":
+                zeus = zeus.begin_step(step)
             t0 = time.time()
             out = engine.train_step(step)
             engine.synchronize()
             t1 = time.time()
-            phase = "warmup" if step < cfg.warmup else "measured"
-            result.steps.append(StepRecord(step, phase, t0, t1, out.tokens, out.loss))
+            energy = None
+            if zeus is not None and phase == "measured":
+                zeus, energy = zeus.end_step(step)
+            result.steps.append(StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
             if progress is not None:
                 progress.write(json.dumps({"step": step, "dt": t1 - t0, "loss": out.loss}) + "\n")
                 progress.flush()
+        if zeus is not None:
+            result.measured_energy_j = zeus.end_phase()
         result.status = status
         result.mem_peak_bytes = engine.peak_memory_bytes()
         return 0

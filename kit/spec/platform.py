@@ -61,6 +61,11 @@ class PlatformSpec(BaseModel):
     telemetry: list[Literal["nvml", "amdsmi", "zeus", "host", "replay"]] = Field(
         description="Telemetry backends to try, in order of preference."
     )
+    replay_trace: str | None = Field(
+        None,
+        description="Recorded telemetry.parquet the `replay` backend feeds (absolute, or "
+        "relative to the kit home); required when `telemetry` lists replay.",
+    )
     container_image: str | None = Field(None, description="Image that carries the kit for it.")
     chassis: list[DevicePosition] = Field(
         default_factory=list, description="Physical position of each local device."
@@ -77,6 +82,8 @@ class PlatformSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_devices(self) -> "PlatformSpec":
+        if ("replay" in self.telemetry) != (self.replay_trace is not None):
+            raise ValueError("replay_trace is required exactly when telemetry lists replay")
         if self.vendor != "cpu" and self.devices_per_node is None:
             raise ValueError("devices_per_node is required for a GPU platform")
         if self.chassis and self.devices_per_node is not None:

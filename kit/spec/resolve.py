@@ -39,7 +39,7 @@ class RunRequest(BaseModel):
     zero: Literal[0, 1, 2, 3] = 0
     steps: int = Field(20, gt=0)
     warmup: int = Field(3, ge=0)
-    telemetry_interval_ms: int = Field(20, gt=0)
+    telemetry_interval_ms: int = Field(20, ge=0)
     profile: bool = False
     seed: int = 1234
 

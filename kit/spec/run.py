@@ -70,7 +70,9 @@ class RunConfig(BaseModel):
     dtype: Dtype = Field(description="Training dtype (bf16 on GPUs, fp32 on CPU).")
     steps: int = Field(gt=0, description="Measured steps (after warmup).")
     warmup: int = Field(ge=0, description="Unmeasured steps before measurement starts.")
-    telemetry_interval_ms: int = Field(gt=0, description="Telemetry sampling period.")
+    telemetry_interval_ms: int = Field(
+        ge=0, description="Telemetry sampling period, milliseconds; 0 turns telemetry off."
+    )
     profile: bool = Field(False, description="Record a kernel profile of one measured step.")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")

@@ -1,9 +1,10 @@
 """Telemetry: device and host counters sampled while a run trains.
 
 Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`) and the errors;
-:mod:`kit.telemetry.fields` the canonical row; one module per backend (``host`` now; ``nvml``,
-``amdsmi``, ``zeus``, ``replay`` later); :mod:`kit.telemetry.sampler` the process that samples
-them. Adding a backend is adding its module and one line to :data:`SOURCES`.
+:mod:`kit.telemetry.fields` the canonical row; one module per backend (``host``, ``nvml``,
+``replay``; ``amdsmi`` later); :mod:`kit.telemetry.throttle` decodes vendor throttle reasons;
+:mod:`kit.telemetry.sampler` the process that samples them. Adding a backend is adding its
+module and one line to :data:`SOURCES`.
 
 Backends are named here by ``"module:Class"`` strings and imported only when built, so
 importing ``kit.telemetry`` never loads a vendor library. The sampler resolves names to these
@@ -34,6 +35,8 @@ __all__ = [
 
 SOURCES: dict[str, str] = {
     "host": "kit.telemetry.host:HostSource",
+    "nvml": "kit.telemetry.nvml:NvmlSource",
+    "replay": "kit.telemetry.replay:ReplaySource",
 }
 """Backend name -> ``"module:Class"`` of its :class:`TelemetrySource` subclass."""
 

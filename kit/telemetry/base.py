@@ -27,7 +27,7 @@ class FieldInfo:
     Attributes:
         readable: Whether the source fills this field on this host.
         reason: Why it cannot, when ``readable`` is False (e.g. "permission denied ...");
-            ``None`` when readable.
+            when readable, an optional note on how it is read (e.g. a fallback counter).
         update_period_ms: How often the underlying counter refreshes, in milliseconds, when
             known; ``None`` when unknown. Sampling faster than this repeats values.
     """
@@ -75,6 +75,16 @@ class TelemetrySource(ABC):
         Raises:
             TelemetryError: A read failed; the sampler records it and drops this source.
         """
+
+    def devices(self) -> list[dict[str, Any]]:
+        """Static facts about each device this source samples, read once at start.
+
+        Keys (missing ones omitted): ``device`` (local index, as in the rows), ``name``,
+        ``uuid``, ``power_limit_w`` (enforced limit), ``clock_sm_max_mhz``,
+        ``memory_total_bytes``. Derived metrics need the power limit (excursions) and the max
+        SM clock (clock fraction). A host source has none.
+        """
+        return []
 
     @abstractmethod
     def close(self) -> None:

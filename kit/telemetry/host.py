@@ -163,7 +163,10 @@ class HostSource(TelemetrySource):
                 self._node,
                 None,
                 "host",
-                cpu_util_pct=100.0 * (busy_s - busy0_s) / dt_s if dt_s > 0 else None,
+                # clamped: busy and total come from float sums of per-state times, so an idle
+                # interval can come out as -2e-9 %
+                cpu_util_pct=min(100.0, max(0.0, 100.0 * (busy_s - busy0_s) / dt_s))
+                if dt_s > 0 else None,
                 host_mem_used_bytes=mem.total - mem.available,
                 cpu_power_w=self._rapl.power_w(t) if self._rapl else None,
             )

@@ -73,6 +73,7 @@ class SamplerReport:
         mean_period_ms: Mean time between ticks in milliseconds; ``None`` under two ticks.
         missed_ticks: Ticks skipped because a tick overran its period.
         sources: Per source name, what it reported by ``fields()``.
+        devices: Per source name, what it reported by ``devices()``.
         errors: Sources that failed to build or to sample (each then dropped), and any fatal
             error of the loop itself.
         rss_start_bytes: Resident memory of the process after its first tick.
@@ -89,6 +90,7 @@ class SamplerReport:
     mean_period_ms: float | None = None
     missed_ticks: int = 0
     sources: dict[str, dict[str, FieldInfo]] = field(default_factory=dict)
+    devices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     errors: list[SamplerErrorRecord] = field(default_factory=list)
     rss_start_bytes: int = 0
     rss_peak_bytes: int = 0
@@ -120,6 +122,7 @@ class _ChildConfig:
     interval_ms: float
     chunks_dir: Path
     chunk_rows: int
+    flush_s: float
 
 
 def _rss_bytes() -> int:
@@ -132,11 +135,17 @@ def _rss_bytes() -> int:
 
 
 class _ChunkWriter:
-    """Buffers rows and writes each full ``chunk_rows`` of them to its own Parquet file."""
+    """Buffers rows and writes them out as Parquet chunk files.
 
-    def __init__(self, chunks_dir: Path, chunk_rows: int) -> None:
+    A chunk is written every ``chunk_rows`` rows or ``flush_s`` seconds, whichever comes
+    first, so a crash of the process loses at most that much.
+    """
+
+    def __init__(self, chunks_dir: Path, chunk_rows: int, flush_s: float) -> None:
         self._dir = chunks_dir
         self._chunk_rows = chunk_rows
+        self._flush_s = flush_s
+        self._last_write = time.monotonic()
         self._rows: list[dict[str, Any]] = []
         self.chunks = 0
         self.rows_written = 0
@@ -149,6 +158,8 @@ class _ChunkWriter:
         while len(self._rows) >= self._chunk_rows:
             self._write(self._rows[: self._chunk_rows])
             del self._rows[: self._chunk_rows]
+        if self._rows and time.monotonic() - self._last_write >= self._flush_s:
+            self.flush()
 
     def flush(self) -> None:
         """Write whatever is buffered as a last, shorter chunk."""
@@ -166,6 +177,7 @@ class _ChunkWriter:
         os.replace(tmp, path)  # A reader never sees a half-written chunk.
         self.chunks += 1
         self.rows_written += len(rows)
+        self._last_write = time.monotonic()
 
 
 class _SamplerLoop:
@@ -173,7 +185,7 @@ class _SamplerLoop:
 
     def __init__(self, cfg: _ChildConfig) -> None:
         self._cfg = cfg
-        self._writer = _ChunkWriter(cfg.chunks_dir, cfg.chunk_rows)
+        self._writer = _ChunkWriter(cfg.chunks_dir, cfg.chunk_rows, cfg.flush_s)
         self._sources: dict[str, TelemetrySource] = {}
         self.report = SamplerReport(interval_ms=cfg.interval_ms)
         for name, target, kwargs in cfg.sources:
@@ -184,6 +196,7 @@ class _SamplerLoop:
                 continue
             self._sources[name] = source
             self.report.sources[name] = source.fields()
+            self.report.devices[name] = source.devices()
 
     def record(self, t: float, source: str, e: BaseException) -> None:
         """Add a failure of ``source`` (or ``"sampler"``) to the report."""
@@ -273,6 +286,7 @@ class TelemetrySampler:
         chunks_dir: Directory for chunk files and the report; created if absent, and must not
             hold chunks of an earlier run.
         chunk_rows: Rows per chunk file; bounds the sampler's memory and what a crash loses.
+        flush_s: Longest time rows wait in memory before a chunk is written.
 
     Raises:
         KitInputError: Unknown source name, duplicate names, or a non-positive period or
@@ -286,6 +300,7 @@ class TelemetrySampler:
         interval_ms: float,
         chunks_dir: Path,
         chunk_rows: int = 2000,
+        flush_s: float = 2.0,
     ) -> None:
         names = [name for name, _ in sources]
         if not names or len(set(names)) != len(names):
@@ -299,6 +314,7 @@ class TelemetrySampler:
             interval_ms=float(interval_ms),
             chunks_dir=Path(chunks_dir),
             chunk_rows=chunk_rows,
+            flush_s=flush_s,
         )
         ctx = mp.get_context("spawn")
         self._started = ctx.Event()

@@ -1,0 +1,64 @@
+"""Check a GPU bundle's energy three ways and list the throttle reasons it saw.
+
+    python3 benchmarks/telemetry/energy_check.py BUNDLE
+
+Over the measured steps of each device: (1) the NVML hardware energy counter (last minus first
+sample inside each step window, summed), (2) sampled instantaneous power integrated over the same
+windows (trapezoid), (3) Zeus's per-step windows recorded by the rank driving the device. Prints
+the differences in percent, the sampling period achieved and the decoded throttle reasons.
+"""
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from kit.analysis.metrics import step_spans
+from kit.bundle.schema import THROTTLE_BITS
+
+
+def main(bundle: Path) -> None:
+    """Print the energy comparison for ``bundle``."""
+    steps = pq.read_table(bundle / "steps.parquet")
+    tele = pq.read_table(bundle / "telemetry.parquet").to_pandas()
+    spans = sorted(step_spans(steps).values())
+    gpu = tele[tele["source"] == "gpu"]
+    zeus = steps.to_pandas()
+    zeus = zeus[zeus["phase"] == "measured"]
+    print(f"bundle {bundle.name}: {len(spans)} measured steps, {len(gpu)} GPU samples")
+    for dev, rows in gpu.groupby("device"):
+        rows = rows.sort_values("t")
+        t = rows["t"].to_numpy()
+        print(f"device {dev}: median sample period {np.median(np.diff(t)) * 1e3:.1f} ms")
+        counter = integrated = 0.0
+        for a, b in spans:
+            w = rows[(rows["t"] >= a) & (rows["t"] <= b)]
+            if len(w) < 2:
+                continue
+            counter += w["energy_j"].iloc[-1] - w["energy_j"].iloc[0]
+            tw, pw = w["t"].to_numpy(), w["power_w"].to_numpy()
+            integrated += float(np.sum(np.diff(tw) * (pw[1:] + pw[:-1]) / 2))
+        print(f"  NVML energy counter      {counter:10.1f} J")
+        print(f"  integrated power_w       {integrated:10.1f} J  "
+              f"({100 * (integrated - counter) / counter:+.2f}% vs counter)")
+        z = zeus[zeus["rank"] == dev]["gpu_energy_j"].dropna()
+        if len(z):
+            print(f"  Zeus step windows        {z.sum():10.1f} J  "
+                  f"({100 * (z.sum() - counter) / counter:+.2f}% vs counter; windows span whole "
+                  "steps, the counter only first-to-last sample inside them)")
+        seen: Counter[str] = Counter()
+        for mask in rows["throttle"].dropna().astype(int):
+            for name, bit in THROTTLE_BITS.items():
+                if mask & bit:
+                    seen[name] += 1
+        share = {k: f"{v / len(rows):.1%}" for k, v in seen.items()}
+        print(f"  throttle reasons seen (share of samples): {share or 'none'}")
+        print(f"  power_w mean {rows['power_w'].mean():.0f} W, max {rows['power_w'].max():.0f} W; "
+              f"temp max {rows['temp_gpu_c'].max():.0f} C; "
+              f"SM clock {rows['clock_sm_mhz'].min():.0f}-{rows['clock_sm_mhz'].max():.0f} MHz")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,496 @@
+"""NVIDIA GPU telemetry through NVML (the ``pynvml`` module of nvidia-ml-py).
+
+Per device and tick, one ``nvmlDeviceGetFieldValues`` call reads every field-value counter
+(instant and average power, memory temperature, PCIe and NVLink byte counters), and one call
+each reads the rest (energy, GPU temperature, clocks, utilisation, memory, throttle reasons,
+violation times). Which counters a device has is found once, at construction: a field the
+device or driver cannot read stays ``None`` in its rows, with NVML's error as the reason.
+
+Device indices are NVML's: every GPU of the node in NVML's (nvidia-smi's) order, regardless
+of ``CUDA_VISIBLE_DEVICES``. CUDA's default order (fastest first) can differ from it, so match
+ranks to devices by the UUIDs in :meth:`NvmlSource.devices`, or run with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+
+Update periods are recorded only where known. Utilisation is averaged over a driver sample
+period "between 1 second and 1/6 second depending on the product" (NVML docs), so it is left
+unknown, as are temperatures, clocks and the other counters.
+"""
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import Any
+
+from kit.telemetry.base import (
+    FieldInfo,
+    TelemetryError,
+    TelemetryNotSupportedError,
+    TelemetrySource,
+)
+from kit.telemetry.fields import make_row
+from kit.telemetry.throttle import decode_nvml_clocks_event_reasons
+
+logger = logging.getLogger(__name__)
+
+HOPPER_POWER_PERIOD_MS = 100.0
+"""How often NVML refreshes power and the energy counter on Hopper (H100, H200): about every
+100 ms (Yang et al., "Part-time Power Measurements: nvidia-smi's Lack of Attention", 2024).
+``benchmarks/telemetry/nvml_probe.py`` measures it on the machine at hand."""
+
+_POWER_SCOPE_GPU = 0
+"""Field-value scope id NVML_POWER_SCOPE_GPU: the GPU's own power. Grace Hopper would need
+NVML_POWER_SCOPE_MODULE (GPU + CPU + memory) for its module; the kit targets x86 boards."""
+
+_ERROR_HINTS: dict[str, tuple[type[TelemetryError], str | None]] = {
+    "NVML_ERROR_LIBRARY_NOT_FOUND": (
+        TelemetryNotSupportedError,
+        "libnvidia-ml.so not found: install the NVIDIA driver, or in a container run with the "
+        "NVIDIA container toolkit (docker --gpus all)",
+    ),
+    "NVML_ERROR_DRIVER_NOT_LOADED": (
+        TelemetryNotSupportedError,
+        "the NVIDIA kernel driver is not loaded: check nvidia-smi and `lsmod | grep nvidia`",
+    ),
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": (
+        TelemetryNotSupportedError,
+        "NVML and the kernel driver differ in version (driver upgraded without a reboot): "
+        "reboot or reload the nvidia kernel modules",
+    ),
+    "NVML_ERROR_NO_PERMISSION": (
+        TelemetryNotSupportedError,
+        "permission denied: the user needs read access to /dev/nvidia*",
+    ),
+    "NVML_ERROR_FUNCTION_NOT_FOUND": (
+        TelemetryNotSupportedError,
+        "the driver is older than this nvidia-ml-py: upgrade the driver",
+    ),
+    "NVML_ERROR_NOT_SUPPORTED": (TelemetryNotSupportedError, None),
+    "NVML_ERROR_GPU_IS_LOST": (
+        TelemetryError,
+        "the GPU fell off the bus: see `dmesg` for Xid errors",
+    ),
+}
+"""NVML error constant name -> kit exception class and how to fix it; other codes become a
+plain :class:`TelemetryError`. Names, not values, because pynvml is imported lazily."""
+
+_VALUE_ATTRS: dict[str, str] = {
+    "NVML_VALUE_TYPE_DOUBLE": "dVal",
+    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
+    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+}
+"""Field value type constant name -> member of the ``c_nvmlValue_t`` union that holds it."""
+
+
+def _convert(nvml: ModuleType, e: Exception, what: str) -> TelemetryError:
+    """Turn a ``pynvml.NVMLError`` into the kit's exception, saying what failed and the fix."""
+    for name, (cls, hint) in _ERROR_HINTS.items():
+        if getattr(nvml, name, None) == getattr(e, "value", None):
+            return cls(f"{what}: {e}" + (f" ({hint})" if hint else ""))
+    return TelemetryError(f"{what}: {e}")
+
+
+@contextmanager
+def _nvml_errors(nvml: ModuleType, what: str) -> Iterator[None]:
+    """Re-raise any ``pynvml.NVMLError`` inside the block as a :class:`TelemetryError`."""
+    try:
+        yield
+    except nvml.NVMLError as e:
+        raise _convert(nvml, e, what) from e
+
+
+@dataclass(frozen=True)
+class _Batched:
+    """A field read from the device's one field-values call: the sum of some entries.
+
+    Attributes:
+        label: The NVML field constant, for reasons and notes.
+        ids: ``(field id, scope id)`` entries, summed (several for per-link NVLink counters).
+        scale: Factor from NVML's unit to the canonical one (e.g. 1e-3 for mW -> W).
+        since_start: A cumulative counter, reported relative to its first reading.
+    """
+
+    label: str
+    ids: tuple[tuple[int, int], ...]
+    scale: float
+    since_start: bool = False
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A field read by its own NVML call, which returns it in canonical units."""
+
+    label: str
+    read: Callable[[], float | int]
+
+
+_Candidate = _Batched | _Call | str
+"""One way to read a field, tried in order; a ``str`` is a way known not to exist, and why."""
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a chosen :class:`_Batched` field sits in a device's field-values request."""
+
+    label: str
+    start: int
+    stop: int
+    scale: float
+    baseline: float
+
+
+@dataclass
+class _Device:
+    """One GPU: its handle, how each readable field is read, and what each field is."""
+
+    index: int
+    handle: Any
+    request: list[tuple[int, int]] = field(default_factory=list)
+    slots: dict[str, _Slot] = field(default_factory=dict)
+    calls: dict[str, Callable[[], float | int]] = field(default_factory=dict)
+    info: dict[str, FieldInfo] = field(default_factory=dict)
+
+
+def _field_value(nvml: ModuleType, name: str, scale: float, *scopes: int) -> _Candidate:
+    """A field-value candidate, or why this pynvml cannot have it."""
+    if not hasattr(nvml, name):
+        return f"{name} is not in this nvidia-ml-py (upgrade it)"
+    return _Batched(name, tuple((getattr(nvml, name), s) for s in scopes or (0,)), scale)
+
+
+def _counter(nvml: ModuleType, name: str, scale: float, *scopes: int) -> _Candidate:
+    """Like :func:`_field_value`, for a cumulative counter reported since the first read."""
+    c = _field_value(nvml, name, scale, *scopes)
+    return c if isinstance(c, str) else replace(c, since_start=True)
+
+
+def _active_nvlinks(nvml: ModuleType, handle: Any) -> tuple[list[int], str]:
+    """The device's NVLink links that are up, and why there are none if so."""
+    active: list[int] = []
+    errors: set[str] = set()
+    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED:
+                active.append(link)
+        except nvml.NVMLError as e:  # links past the device's count answer with an error
+            errors.add(str(e))
+    why = "no active NVLink link" + (
+        f" (nvmlDeviceGetNvLinkState: {', '.join(sorted(errors))})" if errors else ""
+    )
+    return active, why
+
+
+def _candidates(
+    nvml: ModuleType, handle: Any, arch: int, nvlink: bool
+) -> dict[str, list[_Candidate]]:
+    """Every canonical GPU field and the ways to read it on this device, best first."""
+    nv, h = nvml, handle
+    # NVML documents nvmlDeviceGetPowerUsage as instantaneous on GA100 and older GPUs and as
+    # a 1-s average on later ones, so it can stand in for whichever field it matches. Ampere
+    # is ambiguous (GA100 vs the rest), an unknown architecture more so: no stand-in there.
+    usage = _Call("nvmlDeviceGetPowerUsage", lambda: nv.nvmlDeviceGetPowerUsage(h) * 1e-3)
+    gpu = _POWER_SCOPE_GPU
+    instant: list[_Candidate] = [_field_value(nv, "NVML_FI_DEV_POWER_INSTANT", 1e-3, gpu)]
+    average: list[_Candidate] = [_field_value(nv, "NVML_FI_DEV_POWER_AVERAGE", 1e-3, gpu)]
+    if arch < nv.NVML_DEVICE_ARCH_AMPERE:
+        instant.append(usage)
+    elif nv.NVML_DEVICE_ARCH_AMPERE < arch < nv.NVML_DEVICE_ARCH_UNKNOWN:
+        average.append(usage)
+    links, no_link_why = (
+        _active_nvlinks(nv, h) if nvlink else ([], "NVLink counters not requested (nvlink=False)")
+    )
+
+    def violation_s(policy: int) -> _Call:
+        # violationTime: cumulative nanoseconds the policy held the clocks below target.
+        return _Call(
+            "nvmlDeviceGetViolationStatus",
+            lambda: nv.nvmlDeviceGetViolationStatus(h, policy).violationTime * 1e-9,
+        )
+
+    def throttle_bits(name: str) -> _Call:
+        reasons = getattr(nv, name)
+        return _Call(name, lambda: decode_nvml_clocks_event_reasons(reasons(h)))
+
+    def nvlink_bytes(name: str) -> list[_Candidate]:
+        # One KiB counter per link (scope id = link), summed over the links that are up.
+        return [_counter(nv, name, 1024, *links) if links else no_link_why]
+
+    return {
+        "power_w": instant,
+        "power_avg_w": average,
+        "energy_j": [
+            _Call(
+                "nvmlDeviceGetTotalEnergyConsumption",  # mJ since the driver was loaded
+                lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h) * 1e-3,
+            )
+        ],
+        "temp_gpu_c": [
+            _Call(
+                "nvmlDeviceGetTemperature",
+                lambda: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+            )
+        ],
+        "temp_mem_c": [_field_value(nv, "NVML_FI_DEV_MEMORY_TEMP", 1.0)],
+        "clock_sm_mhz": [
+            _Call(
+                "nvmlDeviceGetClockInfo",
+                lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            )
+        ],
+        "clock_mem_mhz": [
+            _Call(
+                "nvmlDeviceGetClockInfo",
+                lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+            )
+        ],
+        "util_gpu_pct": [
+            _Call(
+                "nvmlDeviceGetUtilizationRates",
+                lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
+            )
+        ],
+        "mem_used_bytes": [
+            _Call("nvmlDeviceGetMemoryInfo", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).used))
+        ],
+        # The "ClocksEvent" name needs a newer driver; the older one reads the same bits.
+        "throttle": [
+            throttle_bits(name)
+            for name in (
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                "nvmlDeviceGetCurrentClocksThrottleReasons",
+            )
+            if hasattr(nv, name)
+        ],
+        "viol_power_s": [violation_s(nv.NVML_PERF_POLICY_POWER)],
+        "viol_thermal_s": [violation_s(nv.NVML_PERF_POLICY_THERMAL)],
+        # Cumulative byte counters, unlike nvmlDeviceGetPcieThroughput (a rate over ~20 ms).
+        "pcie_tx_bytes": [_counter(nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 1)],
+        "pcie_rx_bytes": [_counter(nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 1)],
+        "link_tx_bytes": nvlink_bytes("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"),
+        "link_rx_bytes": nvlink_bytes("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"),
+    }
+
+
+def _group_reasons(devices: list[_Device], name: str) -> str:
+    """One reason per distinct cause of a field's gap, naming the devices it applies to."""
+    by_reason: dict[str, list[int]] = {}
+    for d in devices:
+        if not d.info[name].readable:
+            by_reason.setdefault(str(d.info[name].reason), []).append(d.index)
+    return "; ".join(f"device {','.join(map(str, idx))}: {r}" for r, idx in by_reason.items())
+
+
+class NvmlSource(TelemetrySource):
+    """One ``gpu`` row per NVIDIA device per tick, read through NVML.
+
+    Args:
+        node: Node index written into every row.
+        devices: NVML device indices to sample (see the module docstring on index order);
+            ``None`` samples every GPU of the node. Rows carry these indices as ``device``.
+
+    Raises:
+        TelemetryNotSupportedError: nvidia-ml-py is missing, NVML does not start (no driver,
+            version mismatch, permissions; the message says how to fix it), the node has no
+            GPU, or ``devices`` names one that does not exist.
+        TelemetryError: NVML failed otherwise while opening a device.
+    """
+
+    name = "nvml"
+
+    def __init__(self, node: int, devices: list[int] | None = None, nvlink: bool = True) -> None:
+        try:
+            import pynvml
+        except ImportError as e:
+            raise TelemetryNotSupportedError(
+                f"NVML bindings not importable ({e}): pip install nvidia-ml-py"
+            ) from None
+        self._nvml: ModuleType = pynvml
+        self._node = node
+        self._nvlink = nvlink
+        self._value_attrs = {
+            getattr(pynvml, type_name): attr
+            for type_name, attr in _VALUE_ATTRS.items()
+            if hasattr(pynvml, type_name)
+        }
+        with _nvml_errors(pynvml, "NVML did not start (nvmlInit)"):
+            pynvml.nvmlInit()
+        try:
+            self._devices = [self._open(i) for i in self._indices(devices)]
+            self._facts = [self._static_facts(d) for d in self._devices]
+        except BaseException:
+            with suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+            raise
+        self._closed = False
+
+    def _indices(self, devices: list[int] | None) -> list[int]:
+        """Check the requested NVML indices against the node's device count."""
+        with _nvml_errors(self._nvml, "nvmlDeviceGetCount"):
+            count = self._nvml.nvmlDeviceGetCount()
+        wanted = list(range(count)) if devices is None else list(devices)
+        if not wanted or any(not 0 <= i < count for i in wanted):
+            raise TelemetryNotSupportedError(
+                f"NVML sees {count} GPU(s) on this node; cannot sample devices {wanted}"
+            )
+        return wanted
+
+    def _open(self, index: int) -> _Device:
+        """Get the device's handle and find, once, how each field is read on it."""
+        nv = self._nvml
+        with _nvml_errors(nv, f"device {index}"):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+        try:
+            arch = nv.nvmlDeviceGetArchitecture(handle)
+        except nv.NVMLError:
+            arch = nv.NVML_DEVICE_ARCH_UNKNOWN
+        dev = _Device(index, handle)
+        candidates = _candidates(nv, handle, arch, self._nvlink)
+        ids = sorted({i for cs in candidates.values() for c in cs if isinstance(c, _Batched)
+                      for i in c.ids})
+        # One call probes every field-value entry; each answer carries its own return code.
+        try:
+            answers = nv.nvmlDeviceGetFieldValues(handle, ids) if ids else []
+            probe = dict(zip(ids, answers, strict=True))
+            batch_error = None
+        except nv.NVMLError as e:
+            probe, batch_error = {}, f"nvmlDeviceGetFieldValues: {e}"
+        for name, cands in candidates.items():
+            failed: list[str] = []
+            for c in cands:
+                why = self._adopt(dev, name, c, probe, batch_error)
+                if why is None:
+                    note = "; ".join([*failed, f"read from {c.label}"]) if failed else None
+                    dev.info[name] = FieldInfo(True, note, self._period_ms(name, arch))
+                    break
+                failed.append(why)
+            else:
+                dev.info[name] = FieldInfo(False, "; ".join(failed) or "no NVML call for it")
+        return dev
+
+    def _adopt(
+        self, dev: _Device, name: str, c: _Candidate, probe: dict[tuple[int, int], Any],
+        batch_error: str | None,
+    ) -> str | None:
+        """Use candidate ``c`` for field ``name`` if it reads on ``dev``; else say why not."""
+        nv = self._nvml
+        if isinstance(c, str):
+            return c
+        if isinstance(c, _Call):
+            try:
+                c.read()
+            except nv.NVMLError as e:
+                return f"{c.label}: {e}"
+            dev.calls[name] = c.read
+            return None
+        if batch_error:
+            return batch_error
+        entries = [probe[i] for i in c.ids]
+        bad = next((v.nvmlReturn for v in entries if v.nvmlReturn != nv.NVML_SUCCESS), None)
+        if bad is not None:
+            return f"{c.label}: {nv.NVMLError(bad)}"
+        baseline = sum(self._value(v) for v in entries) * c.scale if c.since_start else 0
+        start = len(dev.request)
+        dev.request.extend(c.ids)
+        dev.slots[name] = _Slot(c.label, start, len(dev.request), c.scale, baseline)
+        return None
+
+    def _period_ms(self, name: str, arch: int) -> float | None:
+        """The counter's refresh period where documented or published, else ``None``."""
+        if arch == self._nvml.NVML_DEVICE_ARCH_HOPPER and name in ("power_w", "energy_j"):
+            return HOPPER_POWER_PERIOD_MS
+        return None
+
+    def _value(self, v: Any) -> float | int:
+        """The number in a ``c_nvmlFieldValue_t``, read through the union member its type names."""
+        attr = self._value_attrs.get(v.valueType)
+        if attr is None:
+            raise TelemetryError(f"NVML field {v.fieldId}: unknown value type {v.valueType}")
+        return getattr(v.value, attr)
+
+    def _static_facts(self, dev: _Device) -> dict[str, Any]:
+        """Read the facts :meth:`devices` reports; one NVML cannot read is left out."""
+        nv, h = self._nvml, dev.handle
+        reads: dict[str, Callable[[], Any]] = {
+            "name": lambda: nv.nvmlDeviceGetName(h),
+            "uuid": lambda: nv.nvmlDeviceGetUUID(h),
+            "power_limit_w": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) * 1e-3,  # mW
+            "clock_sm_max_mhz": lambda: float(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+            "memory_total_bytes": lambda: int(nv.nvmlDeviceGetMemoryInfo(h).total),
+        }
+        facts: dict[str, Any] = {"device": dev.index}
+        for key, read in reads.items():
+            try:
+                facts[key] = read()
+            except nv.NVMLError as e:
+                logger.info("NVML device %d: %s unreadable: %s", dev.index, key, e)
+        return facts
+
+    def fields(self) -> dict[str, FieldInfo]:
+        """Return each GPU field's readability, over all sampled devices.
+
+        A field is readable when at least one device reads it (the others write ``None``);
+        ``reason`` then names the devices that cannot, or, when every device reads it through
+        a stand-in (e.g. ``nvmlDeviceGetPowerUsage`` for ``power_avg_w``), says which.
+        """
+        out: dict[str, FieldInfo] = {}
+        for name in self._devices[0].info:
+            infos = [d.info[name] for d in self._devices]
+            readable = [i for i in infos if i.readable]
+            if not readable:
+                out[name] = FieldInfo(False, _group_reasons(self._devices, name))
+            elif len(readable) < len(infos):
+                period = readable[0].update_period_ms
+                out[name] = FieldInfo(True, _group_reasons(self._devices, name), period)
+            else:
+                out[name] = readable[0]
+        return out
+
+    def devices(self) -> list[dict[str, Any]]:
+        """Name, UUID, enforced power limit, max SM clock and memory size of each device."""
+        return list(self._facts)
+
+    def _read(self, dev: _Device) -> dict[str, Any]:
+        """Read every readable field of one device, in canonical units."""
+        nv = self._nvml
+        values: dict[str, Any] = {}
+        if dev.request:
+            got = nv.nvmlDeviceGetFieldValues(dev.handle, dev.request)
+            for name, s in dev.slots.items():
+                entries = got[s.start:s.stop]
+                for v in entries:
+                    if v.nvmlReturn != nv.NVML_SUCCESS:
+                        what = f"device {dev.index} {s.label}"
+                        raise _convert(nv, nv.NVMLError(v.nvmlReturn), what)
+                values[name] = sum(self._value(v) for v in entries) * s.scale - s.baseline
+        for name, read in dev.calls.items():
+            values[name] = read()
+        return values
+
+    def sample(self, t: float) -> list[dict[str, Any]]:
+        """Read every device once; see :meth:`TelemetrySource.sample`.
+
+        Raises:
+            TelemetryError: An NVML read that worked at construction failed (e.g. the GPU
+                was lost); the message names the device.
+        """
+        rows = []
+        for dev in self._devices:
+            with _nvml_errors(self._nvml, f"device {dev.index}"):
+                values = self._read(dev)
+            rows.append(make_row(t, self._node, dev.index, "gpu", **values))
+        return rows
+
+    def close(self) -> None:
+        """Shut NVML down; never raises, since the sampler calls it on a failed source too."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as e:
+            logger.warning("nvmlShutdown failed: %s", e)
