@@ -54,7 +54,10 @@ def test_energy_integrated_from_host_power_when_no_counter():
 def test_summary_throughput_and_mfu_use_the_platform_peak():
     cfg = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", global_batch_size=8))
     t = steps([(0, r, "measured", 0.0, 2.0) for r in range(8)])
-    summary, _ = summarize(cfg, t, TELEMETRY_SCHEMA.empty_table(), [2**30, 3 * 2**30])
+    summary, per_device, _, _ = summarize(
+        cfg, t, TELEMETRY_SCHEMA.empty_table(), [2**30, 3 * 2**30], devices=[]
+    )
+    assert per_device == []
     from kit.analysis.flops import model_flops_per_step
 
     flops = model_flops_per_step(cfg.workload, 8)

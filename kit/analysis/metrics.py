@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.analysis.flops import model_flops_per_step
+from kit.analysis.power import aggregate, device_metrics
 from kit.spec.run import RunConfig
 
 GIB = 1024**3
@@ -95,9 +96,18 @@ def power_summary(telemetry: pa.Table, windows: list[tuple[float, float]]) -> di
 
 
 def summarize(
-    cfg: RunConfig, steps: pa.Table, telemetry: pa.Table, mem_peak_bytes: list[int | None]
-) -> tuple[dict[str, Any], list[str]]:
-    """The canonical summary dict and notes on how each figure was obtained."""
+    cfg: RunConfig,
+    steps: pa.Table,
+    telemetry: pa.Table,
+    mem_peak_bytes: list[int | None],
+    devices: list[dict[str, Any]],
+    excursion_frac: float = 0.9,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any], list[str]]:
+    """The canonical summary, per-device metrics, power detail and notes on the sources.
+
+    Power and thermal figures come from GPU rows where the run has them (see
+    :mod:`kit.analysis.power`), else from host RAPL power when the host exposes it.
+    """
     notes: list[str] = []
     spans = step_spans(steps)
     durations = [b - a for a, b in spans.values()]
@@ -106,18 +116,22 @@ def summarize(
     tflops = mfu = None
     if step_time:
         tflops = model_flops_per_step(cfg.workload, cfg.global_batch_size, cfg.parallel.tp)
-        tflops = tflops / step_time
-        tflops = tflops / cfg.world_size / 1e12
+        tflops = tflops / step_time / cfg.world_size / 1e12
         peak = cfg.platform.peak_tflops.get(cfg.dtype)
         if peak:
             mfu = tflops / peak
         else:
             notes.append(f"mfu: platform {cfg.platform.name} declares no {cfg.dtype} peak")
-    power = power_summary(telemetry, list(spans.values()))
     tokens_measured = cfg.tokens_per_step * len(spans)
-    energy_per_token = None
-    if power["energy_j"] is not None and tokens_measured:
-        energy_per_token = power["energy_j"] / tokens_measured
+    per_device = device_metrics(telemetry, steps, devices, excursion_frac)
+    if per_device:
+        power = aggregate(per_device, tokens_measured, len(spans))
+        power["excursion_frac"] = excursion_frac
+    else:
+        host = power_summary(telemetry, list(spans.values()))
+        power = {**host, "energy_j_per_token": host["energy_j"] / tokens_measured
+                 if host["energy_j"] is not None and tokens_measured else None}
+    if power.get("energy_source"):
         notes.append(f"energy: {power['energy_source']}")
     mem = [m for m in mem_peak_bytes if m is not None]
     if cfg.platform.is_cpu:
@@ -127,14 +141,14 @@ def summarize(
         "tokens_per_s": tokens_per_s,
         "tflops_per_gpu": tflops,
         "mfu": mfu,
-        "energy_j_per_token": energy_per_token,
-        "power_w_mean": power["power_w_mean"],
-        "power_w_peak": power["power_w_peak"],
-        "temp_gpu_c_max": power["temp_gpu_c_max"],
-        "temp_gpu_c_spread": power["temp_gpu_c_spread"],
-        "clock_sm_frac_of_max": None,
-        "throttle_frac": None,
+        "energy_j_per_token": power.get("energy_j_per_token"),
+        "power_w_mean": power.get("power_w_mean"),
+        "power_w_peak": power.get("power_w_peak"),
+        "temp_gpu_c_max": power.get("temp_gpu_c_max"),
+        "temp_gpu_c_spread": power.get("temp_gpu_c_spread"),
+        "clock_sm_frac_of_max": power.get("clock_sm_frac_of_max"),
+        "throttle_frac": power.get("throttle_frac"),
         "mem_peak_gib": max(mem) / GIB if mem else None,
         "world_size": cfg.world_size,
     }
-    return summary, notes
+    return summary, per_device, power, notes

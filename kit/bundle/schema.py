@@ -254,6 +254,12 @@ class MetricsFile(BaseModel):
     per_device: list[dict[str, Any]] = Field(
         default_factory=list, description="One dict per device: 'node', 'device' and its metrics."
     )
+    power: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Job-level power/thermal detail beyond the summary (kit.analysis.power): "
+        "energy_j and its source, energy_j_per_step, peak_to_mean (worst device), excursions "
+        "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason.",
+    )
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
     )

@@ -211,7 +211,10 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
         status, error = "failed", launch_error
     steps = steps_table(results)
     telemetry = concat_chunks(staging.chunks_dir)
-    summary, notes = summarize(cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r])
+    facts = [{"node": 0, **d} for d in device_facts(report, replay=True)]
+    summary, per_device, power, notes = summarize(
+        cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r], facts
+    )
     notes += [n for r in results[:1] if r for n in r.notes]
     notes += telemetry_notes
     if report is not None:
@@ -222,7 +225,8 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
                    "measured_steps": sum(s.phase == "measured" for s in r.steps),
                    "zeus_measured_energy_j": r.measured_energy_j, **r.placement}
                   for r in results if r],
-        per_device=[],
+        per_device=per_device,
+        power=power,
         notes=notes,
     )
     inventory = node_inventory(device_facts(report, replay=False))
