@@ -61,3 +61,23 @@ def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):
     assert m["inventory"][0]["gpus"] == []  # a replayed trace does not describe this node
     summary = json.loads((bundle / "metrics.json").read_text())["summary"]
     assert summary["power_w_mean"] > 0 and summary["energy_j_per_token"] > 0
+
+
+def test_a_broken_backend_leaves_the_run_and_bundle_intact(cli, tmp_path):
+    """A replay backend whose trace is corrupt: host telemetry goes on, the run ends ok."""
+    bad = tmp_path / "broken.parquet"
+    bad.write_bytes(b"PAR1 this is not a parquet file")
+    platform = tmp_path / "cpu-broken.yaml"
+    platform.write_text(
+        (REPO / "tests/data/platforms/cpu-replay-h100.yaml").read_text()
+        .replace("tests/data/traces/h100-gpt3-1.3b.parquet", str(bad))
+    )
+    r = cli("run", "gpt3-tiny", "--platform", str(platform), "--steps", "2", "--warmup", "1",
+            "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    bundle = Path(r.stdout.strip().splitlines()[-1])
+    verify_bundle(bundle)
+    notes = json.loads((bundle / "metrics.json").read_text())["notes"]
+    assert any("replay" in n for n in notes), notes
+    tele = pq.read_table(bundle / "telemetry.parquet").to_pylist()
+    assert tele and {t["source"] for t in tele} == {"host"}
