@@ -2,7 +2,7 @@
 
 Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`) and the errors;
 :mod:`kit.telemetry.fields` the canonical row; one module per backend (``host``, ``nvml``,
-``replay``; ``amdsmi`` later); :mod:`kit.telemetry.throttle` decodes vendor throttle reasons;
+``replay``, ``amdsmi``); :mod:`kit.telemetry.throttle` decodes vendor throttle reasons;
 :mod:`kit.telemetry.sampler` the process that samples them. Adding a backend is adding its
 module and one line to :data:`SOURCES`.
 
@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 SOURCES: dict[str, str] = {
+    "amdsmi": "kit.telemetry.amdsmi:AmdSmiSource",
     "host": "kit.telemetry.host:HostSource",
     "nvml": "kit.telemetry.nvml:NvmlSource",
     "replay": "kit.telemetry.replay:ReplaySource",
