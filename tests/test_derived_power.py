@@ -3,12 +3,12 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kit.analysis.power import aggregate, attribute, device_metrics
+from kit.analysis.attribution import attribute_samples
+from kit.analysis.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA
 from kit.telemetry.fields import make_row
 
@@ -26,9 +26,12 @@ def steps(rows):
 def test_attribution_by_step_and_phase():
     st = steps([(0, 0, "warmup", 1.0, 2.0), (1, 0, "measured", 2.5, 3.0),
                 (1, 1, "measured", 2.4, 3.1)])
-    step, phase = attribute(np.array([0.5, 1.5, 2.2, 2.45, 3.05, 4.0]), st)
-    assert step.tolist() == [-1, 0, -1, 1, 1, -1]
-    assert phase.tolist() == ["idle", "warmup", "idle", "measured", "measured", "idle"]
+    times = (0.5, 1.5, 2.2, 2.45, 3.05, 4.0)
+    tele = pa.Table.from_pylist([make_row(t, 0, 0, "gpu") for t in times],
+                                schema=TELEMETRY_SCHEMA)
+    out = attribute_samples(tele, st)
+    assert out["step"].to_pylist() == [None, 0, None, 1, 1, None]
+    assert out["phase"].to_pylist() == ["idle", "warmup", "idle", "measured", "measured", "idle"]
 
 
 def test_small_case_by_hand():
@@ -44,7 +47,7 @@ def test_small_case_by_hand():
                                        (1.0, 92, 90, 5, 1000, 50)]]
     tele = pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA)
     facts = [{"node": 0, "device": 0, "power_limit_w": 100.0, "clock_sm_max_mhz": 2000.0}]
-    (d,) = device_metrics(tele, steps([(0, 0, "measured", 0.0, 1.0)]), facts)
+    (d,), agg = device_metrics(tele, steps([(0, 0, "measured", 0.0, 1.0)]), facts, 40)
     assert d["energy_j"] == 80 and d["energy_source"] == "counter"
     assert d["power_w_mean"] == pytest.approx(76.4) and d["power_w_peak"] == 95
     assert d["peak_to_mean"] == pytest.approx(95 / 76.4)
@@ -54,17 +57,16 @@ def test_small_case_by_hand():
     assert d["throttle_frac_by_reason"]["power_cap"] == pytest.approx(3 / 5)
     assert d["throttle_frac_by_reason"]["thermal_hw"] == pytest.approx(1 / 5)
     assert d["temp_gpu_c_mean"] == 50 and d["temp_gpu_c_max"] == 60
-    agg = aggregate([d], tokens=40, measured_steps=1)
     assert agg["energy_j_per_token"] == 2.0 and agg["temp_gpu_c_spread"] == 0
 
 
 def test_missing_fields_stay_null():
     rows = [make_row(t, 0, 0, "gpu", temp_gpu_c=50.0) for t in (0.0, 0.5, 1.0)]
     tele = pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA)
-    (d,) = device_metrics(tele, steps([(0, 0, "measured", 0.0, 1.0)]), [])
+    (d,), agg = device_metrics(tele, steps([(0, 0, "measured", 0.0, 1.0)]), [], 10)
     assert d["energy_j"] is None and d["power_w_mean"] is None and d["excursions"] is None
     assert d["throttle_frac"] is None and d["clock_sm_frac_of_max"] is None
-    assert aggregate([d], 10, 1)["energy_j_per_token"] is None
+    assert agg["energy_j_per_token"] is None
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: b.name)
@@ -73,19 +75,25 @@ def test_recorded_bundles_against_a_plain_reference(bundle: Path):
     manifest = json.loads((bundle / "manifest.json").read_text())
     facts = [{"node": 0, **d} for d in manifest["inventory"][0]["gpus"]]
     st, tele = pq.read_table(bundle / "steps.parquet"), pq.read_table(bundle / "telemetry.parquet")
-    (d,) = device_metrics(tele, st, facts)
+    (d,), _ = device_metrics(tele, st, facts, 1)
     windows = {}
     for r in st.to_pylist():
         if r["phase"] == "measured":
             a, b = windows.get(r["step"], (r["t_start"], r["t_end"]))
             windows[r["step"]] = (min(a, r["t_start"]), max(b, r["t_end"]))
     gpu = sorted((r for r in tele.to_pylist() if r["source"] == "gpu"), key=lambda r: r["t"])
-    energy, powers, throttled = 0.0, [], 0
-    for a, b in windows.values():
+    powers, throttled, readings = [], 0, []  # readings: (t, counter, step) in measured windows
+    for step, (a, b) in sorted(windows.items()):
         inside = [r for r in gpu if a <= r["t"] <= b]
-        energy += inside[-1]["energy_j"] - inside[0]["energy_j"]
         powers += [r["power_w"] for r in inside]
         throttled += sum(r["throttle"] != 0 for r in inside)
+        readings += [(r["t"], r["energy_j"], step) for r in inside]
+    energy = 0.0  # a rise within a step counts whole; across two steps, its in-window part
+    for (t0, e0, s0), (t1, e1, s1) in zip(readings, readings[1:], strict=False):
+        if s1 == s0:
+            energy += e1 - e0
+        elif s1 == s0 + 1:
+            energy += (e1 - e0) * ((windows[s0][1] - t0) + (t1 - windows[s1][0])) / (t1 - t0)
     assert d["energy_j"] == pytest.approx(energy)
     assert d["power_w_mean"] == pytest.approx(sum(powers) / len(powers))
     assert d["power_w_peak"] == max(powers) and d["samples"] == len(powers)

@@ -3,7 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from kit.analysis.metrics import in_windows, power_summary, step_spans, summarize
+from kit.analysis.metrics import step_spans, summarize
+from kit.analysis.power import host_power
 from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA
 from kit.spec.resolve import RunRequest, resolve
 from kit.telemetry.fields import make_row
@@ -24,31 +25,36 @@ def test_step_span_is_earliest_start_to_latest_end():
     assert step_spans(t) == {1: (1.0, 2.5), 2: (2.5, 3.2)}
 
 
-def test_in_windows():
-    assert in_windows([0.5, 1.0, 1.5, 2.2, 3.0, 9.0], [(2.0, 3.0), (1.0, 1.5)]) == [
-        False, True, True, True, True, False]
-
-
-def test_power_and_energy_from_gpu_samples_and_counters():
+def test_summary_power_from_gpu_samples_and_counters():
+    cfg = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", global_batch_size=8))
     rows = []
     # device 0: 100 W then 300 W; counter 10 J -> 30 J. device 1: constant 200 W, no counter.
     for t, p0, e0 in [(0.0, 100.0, 10.0), (1.0, 300.0, 30.0), (5.0, 900.0, 99.0)]:
         rows.append(make_row(t, 0, 0, "gpu", power_w=p0, energy_j=e0, temp_gpu_c=50 + t))
         rows.append(make_row(t, 0, 1, "gpu", power_w=200.0, temp_gpu_c=40.0))
     tele = pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA)
-    out = power_summary(tele, [(0.0, 1.0)])  # the 5 s sample lies outside
-    assert out["power_w_mean"] == pytest.approx((200.0 + 200.0) / 2)
-    assert out["power_w_peak"] == 300.0
-    assert out["energy_j"] == pytest.approx(20.0) and out["energy_source"] == "hardware counter"
-    assert out["temp_gpu_c_max"] == 51.0 and out["temp_gpu_c_spread"] == 11.0
+    st = steps([(0, 0, "measured", 0.0, 1.0)])  # the 5 s samples lie outside
+    summary, per_device, power, notes = summarize(cfg, st, tele, [None], devices=[])
+    assert [(d["node"], d["device"]) for d in per_device] == [(0, 0), (0, 1)]
+    assert summary["power_w_mean"] == pytest.approx((200.0 + 200.0) / 2)
+    assert summary["power_w_peak"] == 300.0
+    # device 0 counter: 30 - 10 = 20 J; device 1 integrated: 1 s x 200 W = 200 J
+    assert power["energy_j"] == pytest.approx(220.0) and power["energy_source"] == "mixed"
+    assert summary["energy_j_per_token"] == pytest.approx(220.0 / (8 * 2048))
+    # hottest sample 51; per-device means 50.5 and 40
+    assert summary["temp_gpu_c_max"] == 51.0 and summary["temp_gpu_c_spread"] == 10.5
+    assert "energy: mixed" in notes
 
 
 def test_energy_integrated_from_host_power_when_no_counter():
     rows = [make_row(t, 0, None, "host", cpu_power_w=p)
             for t, p in [(0.0, 10.0), (1.0, 30.0), (3.0, 30.0)]]
-    out = power_summary(pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA), [(0.0, 3.0)])
+    tele = pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA)
+    out = host_power(tele, steps([(0, 0, "measured", 0.0, 3.0)]), tokens_per_step=10)
     assert out["energy_j"] == pytest.approx(20.0 + 60.0)  # trapezoids: 1 s x 20 W + 2 s x 30 W
     assert out["energy_source"] == "integrated cpu_power_w"
+    assert out["energy_j_per_token"] == pytest.approx(80.0 / 10)
+    assert out["power_w_mean"] == pytest.approx(70 / 3) and out["power_w_peak"] == 30.0
 
 
 def test_summary_throughput_and_mfu_use_the_platform_peak():

@@ -51,7 +51,8 @@ def test_model_ranks_must_divide_world():
          "experts (8) must be divisible by --ep 3"),
         (dict(workload="mixtral-8x7b", platform="h100", nodes=1, tp=4, ep=4),
          "--ep 4 must divide dp x cp (2)"),
-        (dict(workload="gpt3-tiny", dp=3), "global batch (8) must be divisible by micro-batch x dp"),
+        (dict(workload="gpt3-tiny", dp=3),
+         "global batch (8) must be divisible by micro-batch x dp"),
         (dict(workload="gpt3-175b", platform="h100", cp=3, tp=1, nodes=3),
          "sequence length (2048) must be divisible by 2 x --cp (6)"),
         (dict(workload="gpt3-tiny", zero=2), "--zero is a DeepSpeed stage"),
@@ -137,8 +138,8 @@ def test_invalid_yaml_is_one_line(cli, tmp_path):
 
 
 def test_dry_run_json_prints_resolved_config_or_error(cli):
-    r = cli("run", "mixtral-8x7b", "--platform", "h200", "--nodes", "4", "--tp", "2", "--ep", "4", "--sp",
-            "--dry-run", "--json", timeout=120)
+    r = cli("run", "mixtral-8x7b", "--platform", "h200", "--nodes", "4", "--tp", "2", "--ep", "4",
+            "--sp", "--dry-run", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)
     assert cfg["parallel"] == {"tp": 2, "pp": 1, "dp": 16, "cp": 1, "ep": 4, "vpp": None,

@@ -10,12 +10,11 @@ platform's dense peak for the run's dtype and is null when the platform declares
 import statistics
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from kit.analysis.attribution import MEASURED, step_windows
 from kit.analysis.flops import model_flops_per_step
-from kit.analysis.power import aggregate, device_metrics
+from kit.analysis.power import device_metrics, host_power
 from kit.spec.run import RunConfig
 
 GIB = 1024**3
@@ -23,76 +22,10 @@ GIB = 1024**3
 
 def step_spans(steps: pa.Table) -> dict[int, tuple[float, float]]:
     """Per measured step: (earliest start, latest end) across ranks."""
-    measured = steps.filter(pc.equal(steps["phase"], "measured"))
-    spans: dict[int, tuple[float, float]] = {}
-    for s, t0, t1 in zip(
-        measured["step"].to_pylist(), measured["t_start"].to_pylist(),
-        measured["t_end"].to_pylist(), strict=True,
-    ):
-        a, b = spans.get(s, (t0, t1))
-        spans[s] = (min(a, t0), max(b, t1))
-    return spans
-
-
-def in_windows(t: list[float], windows: list[tuple[float, float]]) -> list[bool]:
-    """Whether each time lies in one of the (non-overlapping) windows; O(n log w)."""
-    ordered = sorted(windows)
-    starts = np.array([a for a, _ in ordered])
-    ends = np.array([b for _, b in ordered])
-    idx = np.searchsorted(starts, np.asarray(t, dtype=float), side="right") - 1
-    ok = idx >= 0
-    ok[ok] = np.asarray(t, dtype=float)[ok] <= ends[idx[ok]]
-    return ok.tolist()
-
-
-def power_summary(telemetry: pa.Table, windows: list[tuple[float, float]]) -> dict[str, Any]:
-    """Mean/peak power and energy over the measured windows, from GPU rows or else host RAPL.
-
-    Energy comes from the hardware counter (first to last reading in the windows) where one
-    exists, else from integrating power over time (trapezoid); ``energy_source`` says which.
-    """
-    out: dict[str, Any] = {"power_w_mean": None, "power_w_peak": None, "energy_j": None,
-                           "energy_source": None, "temp_gpu_c_max": None,
-                           "temp_gpu_c_spread": None}
-    if telemetry.num_rows == 0 or not windows:
-        return out
-    rows = telemetry.to_pylist()
-    inside = in_windows([r["t"] for r in rows], windows)
-    rows = [r for r, ok in zip(rows, inside, strict=True) if ok]
-    gpu = [r for r in rows if r["source"] == "gpu" and r["power_w"] is not None]
-    host = [r for r in rows if r["source"] == "host" and r["cpu_power_w"] is not None]
-    series: dict[Any, list[tuple[float, float]]] = {}
-    key = "power_w" if gpu else "cpu_power_w"
-    for r in gpu or host:
-        series.setdefault((r["node"], r["device"]), []).append((r["t"], r[key]))
-    if not series:
-        return out
-    per_dev_mean = [statistics.fmean(p for _, p in v) for v in series.values()]
-    out["power_w_mean"] = statistics.fmean(per_dev_mean)
-    out["power_w_peak"] = max(p for v in series.values() for _, p in v)
-    counters = [r for r in gpu if r["energy_j"] is not None]
-    if counters:
-        by_dev: dict[Any, list[float]] = {}
-        for r in counters:
-            by_dev.setdefault((r["node"], r["device"]), []).append(r["energy_j"])
-        total = sum(max(v) - min(v) for v in by_dev.values())
-        out["energy_j"], out["energy_source"] = total, "hardware counter"
-    else:
-        total = 0.0
-        for v in series.values():
-            v.sort()
-            t, p = np.array([x for x, _ in v]), np.array([y for _, y in v])
-            total += float(np.sum(np.diff(t) * (p[1:] + p[:-1]) / 2))
-        out["energy_j"], out["energy_source"] = total, f"integrated {key}"
-    temps: dict[Any, float] = {}
-    for r in rows:
-        if r["source"] == "gpu" and r["temp_gpu_c"] is not None:
-            k = (r["node"], r["device"])
-            temps[k] = max(temps.get(k, r["temp_gpu_c"]), r["temp_gpu_c"])
-    if temps:
-        out["temp_gpu_c_max"] = max(temps.values())
-        out["temp_gpu_c_spread"] = max(temps.values()) - min(temps.values())
-    return out
+    w = step_windows(steps)
+    m = w.phase == MEASURED
+    return {int(s): (float(a), float(b)) for s, a, b in zip(w.step[m], w.start[m], w.end[m],
+                                                            strict=True)}
 
 
 def summarize(
@@ -107,6 +40,19 @@ def summarize(
 
     Power and thermal figures come from GPU rows where the run has them (see
     :mod:`kit.analysis.power`), else from host RAPL power when the host exposes it.
+
+    Args:
+        cfg: The resolved run.
+        steps: Rows of ``STEPS_SCHEMA``.
+        telemetry: Rows of ``TELEMETRY_SCHEMA``.
+        mem_peak_bytes: Peak device (or process) memory of each rank; None = unknown.
+        devices: Static device facts (``node``, ``device``, ``power_limit_w``,
+            ``clock_sm_max_mhz``) for excursions and the clock fraction.
+        excursion_frac: Excursion threshold as a fraction of the power limit.
+
+    Returns:
+        ``(summary, per_device, power, notes)``: the ``SUMMARY_KEYS`` dict, one dict per
+        device, the job-level power/thermal detail (``MetricsFile.power``) and notes.
     """
     notes: list[str] = []
     spans = step_spans(steps)
@@ -122,15 +68,10 @@ def summarize(
             mfu = tflops / peak
         else:
             notes.append(f"mfu: platform {cfg.platform.name} declares no {cfg.dtype} peak")
-    tokens_measured = cfg.tokens_per_step * len(spans)
-    per_device = device_metrics(telemetry, steps, devices, excursion_frac)
-    if per_device:
-        power = aggregate(per_device, tokens_measured, len(spans))
-        power["excursion_frac"] = excursion_frac
-    else:
-        host = power_summary(telemetry, list(spans.values()))
-        power = {**host, "energy_j_per_token": host["energy_j"] / tokens_measured
-                 if host["energy_j"] is not None and tokens_measured else None}
+    per_device, power = device_metrics(telemetry, steps, devices, cfg.tokens_per_step,
+                                       excursion_frac)
+    if not per_device:
+        power = host_power(telemetry, steps, cfg.tokens_per_step)
     if power.get("energy_source"):
         notes.append(f"energy: {power['energy_source']}")
     mem = [m for m in mem_peak_bytes if m is not None]

@@ -1,167 +1,321 @@
-"""Per-device power and thermal metrics over the measured steps, and their aggregate.
+"""Per-device power and thermal metrics over the measured steps, and the job's aggregate.
 
-Every sample is first attributed to a step and a phase (``attribute``): a step's window runs
-from the earliest rank's start to the latest rank's end; samples outside every step window are
-``idle``. Only GPU rows of measured windows count below. Definitions (docs/metrics.md):
+Samples are attributed to steps first (:mod:`kit.analysis.attribution`); only rows of the
+wanted source (``gpu``, or ``host`` for the RAPL fallback) inside measured step windows count.
+Per device (one ``(node, device)`` series, samples in time order):
 
-* energy: the hardware counter's rise inside each measured window (last minus first sample),
-  summed; without a counter, power integrated over time (trapezoid) in each window.
-* peak-to-mean: a device's highest power sample over its mean power; the job's is the worst
-  (largest) device's.
-* excursion: a run of consecutive samples at or above ``excursion_frac`` x the device's
-  enforced power limit; its duration runs from its first sample to the first sample below
-  (or its last sample).
-* clock fraction: mean SM clock over the device's maximum SM clock.
-* throttle fraction: share of samples with any kit throttle bit set, and per reason.
-* temperature spread: hottest minus coolest per-device mean GPU temperature.
+* ``energy_j``: the hardware counter's rise inside the measured step windows (``energy_source``
+  ``counter``): the rise between two readings in one window counts whole; between readings in
+  consecutive steps' windows it is split linearly and only the share inside the windows
+  counts, so the readings' spacing does not drop the energy at each step's edges. A device
+  without two counter readings integrates ``power_w`` the same way (trapezoid, ``integrated
+  power``). Only the stretch before the measured phase's first reading and after its last is
+  left out (under one sampling period at each end). ``energy_j_per_step``: ``energy_j`` /
+  measured steps.
+* ``power_w_mean`` / ``power_w_peak``: mean and highest power sample; ``peak_to_mean`` their
+  ratio.
+* Excursions: maximal runs of consecutive measured samples with power above ``excursion_frac``
+  x the device's power limit (the short gaps between steps do not split a run). A run lasts
+  from its first sample to the next measured sample (the first one back below), or to its own
+  last sample when no such sample follows. ``excursions`` counts runs, ``excursion_s`` sums
+  durations; both null without a known limit or without power readings.
+* ``temp_gpu_c_mean`` / ``temp_gpu_c_max``, ``temp_mem_c_max``, ``util_gpu_pct_mean``.
+* ``clock_sm_frac_of_max``: mean SM clock / the device's maximum SM clock.
+* ``throttle_frac``: share of samples (with a throttle reading) with any kit bit set;
+  ``throttle_frac_by_reason``: the same per bit of ``THROTTLE_BITS`` (bits combine, so the
+  reasons' fractions may sum to more than ``throttle_frac``).
 
-A figure that cannot be computed is None (never 0).
+The aggregate sums energy over devices (null unless every device has it; ``energy_source`` is
+``mixed`` when devices used different sources), averages the per-device means (power, clock
+fraction, utilization), takes the maximum of peaks and temperatures, and ``peak_to_mean`` of the
+worst (largest) device, since the job's power delivery must absorb its worst device's swings.
+``temp_gpu_c_spread`` is the hottest minus the coolest per-device mean temperature; throttle
+fractions pool all devices' samples; excursion counts and seconds add up. A figure that
+cannot be computed is None, never 0.
+
+Rows are grouped per device by one stable radix sort of small integer codes, O(n); a device
+whose rows are not in time order (the sampler writes them in order) is then sorted by time.
+Each device's figures are vectorized over its samples, reading only its rows of each column.
 """
 
-from typing import Any
+import statistics
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kit.analysis.attribution import MEASURED, StepWindows, step_windows, window_index
 from kit.bundle.schema import THROTTLE_BITS
 
-
-def attribute(t: np.ndarray, steps: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Step index (-1 outside steps) and phase of each sample time; O(n log s)."""
-    spans: dict[int, tuple[float, float]] = {}
-    phases: dict[int, str] = {}
-    for s, ph, a, b in zip(steps["step"].to_pylist(), steps["phase"].to_pylist(),
-                           steps["t_start"].to_pylist(), steps["t_end"].to_pylist(), strict=True):
-        lo, hi = spans.get(s, (a, b))
-        spans[s], phases[s] = (min(lo, a), max(hi, b)), ph
-    order = sorted(spans, key=lambda s: spans[s][0])
-    starts = np.array([spans[s][0] for s in order])
-    ends = np.array([spans[s][1] for s in order])
-    idx = np.searchsorted(starts, t, side="right") - 1
-    inside = (idx >= 0) & (t <= ends[np.clip(idx, 0, None)]) if len(order) else idx >= 0
-    step = np.where(inside, np.array(order)[np.clip(idx, 0, None)] if order else -1, -1)
-    phase = np.array(["idle"] * len(t), dtype=object)
-    for s in order:
-        phase[step == s] = phases[s]
-    return step, phase
+_CODES = 64
+"""Throttle values counted one by one: every OR of the six kit bits (0..63)."""
 
 
-def _runs_above(t: np.ndarray, p: np.ndarray, threshold: float) -> tuple[int, float]:
-    """Count and total seconds of runs of samples with ``p >= threshold``."""
-    above = p >= threshold
-    if not above.any():
-        return 0, 0.0
-    edges = np.diff(above.astype(int), prepend=0, append=0)
-    begins, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    total = sum(t[min(e, len(t) - 1)] - t[b] for b, e in zip(begins, stops, strict=True))
-    return len(begins), float(total)
+class _Series(NamedTuple):
+    """One device's (for host rows: one node's) measured samples, in time order."""
+
+    node: int
+    device: int | None
+    t: np.ndarray
+    window: np.ndarray
+    """Index of each sample's step window."""
+    rows: np.ndarray
+    """Row of each sample in the telemetry table."""
 
 
-def _mean(x: np.ndarray) -> float | None:
-    x = x[~np.isnan(x)]
-    return float(x.mean()) if len(x) else None
+def _ints(col: pa.ChunkedArray) -> np.ndarray:
+    """An integer column as a numpy array, null as -1."""
+    return (pc.fill_null(col, -1) if col.null_count else col).to_numpy()
 
 
-def _device(rows: dict[str, np.ndarray], windows: np.ndarray, facts: dict[str, Any],
-            excursion_frac: float) -> dict[str, Any]:
-    """Metrics of one device from its measured samples (arrays sorted by time)."""
-    t, p, e = rows["t"], rows["power_w"], rows["energy_j"]
-    out: dict[str, Any] = {"samples": len(t)}
-    energy, source = 0.0, None
-    for w in np.unique(windows):
-        sel = windows == w
-        if sel.sum() < 2:
-            continue
-        if not np.isnan(e[sel]).any():
-            energy, source = energy + float(e[sel][-1] - e[sel][0]), "counter"
-        elif not np.isnan(p[sel]).any():
-            ts, ps = t[sel], p[sel]
-            energy += float(np.sum(np.diff(ts) * (ps[1:] + ps[:-1]) / 2))
-            source = source or "integrated power"
-    out["energy_j"], out["energy_source"] = (energy, source) if source else (None, None)
-    out["power_w_mean"] = _mean(p)
-    out["power_w_peak"] = float(np.nanmax(p)) if not np.isnan(p).all() else None
-    out["peak_to_mean"] = (out["power_w_peak"] / out["power_w_mean"]
-                           if out["power_w_mean"] else None)
-    limit = facts.get("power_limit_w")
-    if limit and not np.isnan(p).all():
-        n, dur = _runs_above(t, np.nan_to_num(p), excursion_frac * limit)
-        out["excursions"], out["excursion_s"] = n, dur
-    else:
-        out["excursions"] = out["excursion_s"] = None
-    temp = rows["temp_gpu_c"]
-    out["temp_gpu_c_mean"], out["temp_gpu_c_max"] = _mean(temp), (
-        float(np.nanmax(temp)) if not np.isnan(temp).all() else None)
-    clock, clock_max = _mean(rows["clock_sm_mhz"]), facts.get("clock_sm_max_mhz")
-    out["clock_sm_frac_of_max"] = clock / clock_max if clock and clock_max else None
-    thr = rows["throttle"]
-    known = thr[~np.isnan(thr)].astype(np.int64)
-    out["throttle_frac"] = float((known != 0).mean()) if len(known) else None
-    out["throttle_frac_by_reason"] = (
-        {name: float(((known & bit) != 0).mean()) for name, bit in THROTTLE_BITS.items()}
-        if len(known) else None
-    )
-    return out
-
-
-FIELDS = ("t", "power_w", "energy_j", "temp_gpu_c", "clock_sm_mhz", "throttle")
-
-
-def device_metrics(telemetry: pa.Table, steps: pa.Table, devices: list[dict[str, Any]],
-                   excursion_frac: float = 0.9) -> list[dict[str, Any]]:
-    """Metrics of every GPU over the measured steps, one dict per (node, device)."""
-    gpu = telemetry.filter(pc.equal(telemetry["source"], "gpu"))
-    if gpu.num_rows == 0 or steps.num_rows == 0:
+def _series(telemetry: pa.Table, windows: StepWindows, source: str) -> list[_Series]:
+    """Rows of ``source`` in measured windows, one entry per (node, device), by node/device."""
+    if telemetry.num_rows == 0:
         return []
-    cols = {f: gpu[f].to_numpy(zero_copy_only=False).astype(float) for f in FIELDS}
-    node = gpu["node"].to_numpy(zero_copy_only=False)
-    dev = gpu["device"].to_numpy(zero_copy_only=False)
-    step, phase = attribute(cols["t"], steps)
-    measured = phase == "measured"
-    facts = {(d.get("node", 0), d["device"]): d for d in devices if "device" in d}
-    out = []
-    for n, d in sorted({(int(a), int(b)) for a, b in zip(node, dev, strict=True)}):
-        sel = measured & (node == n) & (dev == d)
-        if not sel.any():
-            continue
-        order = np.argsort(cols["t"][sel])
-        rows = {f: v[sel][order] for f, v in cols.items()}
-        m = _device(rows, step[sel][order], facts.get((n, d), {}), excursion_frac)
-        out.append({"node": n, "device": d, **m})
-    return out
+    t = telemetry["t"].to_numpy()
+    window = window_index(t, windows)
+    keep = np.r_[windows.phase == MEASURED, False][window]  # window -1: not measured
+    keep &= pc.equal(telemetry["source"], source).to_numpy(zero_copy_only=False)
+    kept = int(np.count_nonzero(keep))
+    if not kept:
+        return []
+    node, dev = _ints(telemetry["node"]), _ints(telemetry["device"])  # device -1 on host rows
+    span = int(dev.max()) + 2
+    key = node.astype(np.int32 if (int(node.max()) + 1) * span < 2**31 else np.int64)
+    key *= span
+    key += dev + 1
+    left_out = int(key.max()) + 1  # the last code, sorted last
+    key[~keep] = left_out
+    counts = np.bincount(key, minlength=left_out + 1)
+    present = np.flatnonzero(counts[:-1])
+    lut = np.full(len(counts), len(present), np.uint16 if len(present) < 2**16 - 1 else np.intp)
+    lut[present] = np.arange(len(present))
+    order = np.argsort(lut[key], kind="stable")[:kept]  # a radix sort for these small codes
+    series = []
+    for k, rows in zip(present, np.split(order, np.cumsum(counts[present])[:-1]), strict=True):
+        if np.any(t[rows[1:]] < t[rows[:-1]]):  # the sampler writes in time order; others may not
+            rows = rows[np.argsort(t[rows], kind="stable")]
+        series.append(_Series(int(k // span), int(k % span) - 1 if k % span else None,
+                              t[rows], window[rows], rows))
+    return series
 
 
-def aggregate(per_device: list[dict[str, Any]], tokens: int, measured_steps: int) -> dict[str, Any]:
-    """Job-level figures from per-device metrics (None where no device has the figure)."""
-    def vals(key: str) -> list[float]:
-        return [d[key] for d in per_device if d.get(key) is not None]
+def _values(telemetry: pa.Table, name: str, rows: np.ndarray) -> np.ndarray:
+    """A column's values at ``rows`` as floats, NaN = null, without copying the whole column."""
+    col = telemetry[name]
+    if col.null_count == len(col):
+        return np.full(len(rows), np.nan)
+    if col.num_chunks == 1 and col.null_count == 0:
+        return col.chunk(0).to_numpy()[rows].astype(float, copy=False)
+    return col.take(rows).to_numpy(zero_copy_only=False).astype(float, copy=False)
 
-    energy = vals("energy_j")
-    means, temps = vals("temp_gpu_c_mean"), vals("temp_gpu_c_max")
-    samples = sum(d["samples"] for d in per_device if d.get("throttle_frac") is not None)
-    by_reason = None
-    if samples:
-        by_reason = {name: sum(d["throttle_frac_by_reason"][name] * d["samples"]
-                               for d in per_device if d.get("throttle_frac_by_reason"))
-                     / samples for name in THROTTLE_BITS}
+
+def _stats(x: np.ndarray) -> tuple[float | None, float | None]:
+    """Mean and max over the non-NaN values, or None."""
+    x = x[~np.isnan(x)]
+    return (float(x.mean()), float(x.max())) if len(x) else (None, None)
+
+
+def _inside(t: np.ndarray, window: np.ndarray, windows: StepWindows) -> np.ndarray:
+    """Per pair of consecutive readings: the fraction of its interval inside step windows.
+
+    1 for two readings in one window; for readings in adjacent windows (consecutive steps),
+    the part before the first window's end plus the part after the next window's start, so a
+    change that spans the short gap between steps is split linearly and the gap's share left
+    out; 0 otherwise.
+    """
+    w0, w1, dt = window[:-1], window[1:], np.diff(t)
+    frac = (w1 == w0).astype(float)
+    adjacent = (w1 == w0 + 1) & (dt > 0)
+    if adjacent.any():
+        t0, t1 = t[:-1][adjacent], t[1:][adjacent]
+        span = (windows.end[w0[adjacent]] - t0) + (t1 - windows.start[w1[adjacent]])
+        frac[adjacent] = np.clip(span / dt[adjacent], 0.0, 1.0)
+    return frac
+
+
+def _counter_energy(t: np.ndarray, window: np.ndarray, e: np.ndarray,
+                    windows: StepWindows) -> float | None:
+    """The counter's rise inside measured windows (pairs weighted by :func:`_inside`)."""
+    ok = ~np.isnan(e)
+    t, window, e = t[ok], window[ok], e[ok]
+    frac = _inside(t, window, windows)
+    return float(np.sum(np.diff(e) * frac)) if np.any(frac > 0) else None
+
+
+def _integrated_energy(t: np.ndarray, window: np.ndarray, p: np.ndarray,
+                       windows: StepWindows) -> float | None:
+    """Trapezoidal integral of power inside measured windows (pairs as in the counter's)."""
+    ok = ~np.isnan(p)
+    t, window, p = t[ok], window[ok], p[ok]
+    frac = _inside(t, window, windows)
+    return (float(np.sum(np.diff(t) * (p[1:] + p[:-1]) / 2 * frac)) if np.any(frac > 0)
+            else None)
+
+
+def _excursions(t: np.ndarray, p: np.ndarray, threshold: float) -> tuple[int, float]:
+    """Number and total seconds of runs of samples above ``threshold`` (module docstring)."""
+    edges = np.diff((p > threshold).astype(np.int8), prepend=0, append=0)
+    begin, after = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    nxt = np.minimum(after, len(p) - 1)
+    back = (after < len(p)) & ~np.isnan(p[nxt])
+    return len(begin), float(np.sum(np.where(back, t[nxt], t[after - 1]) - t[begin]))
+
+
+def _throttle_counts(throttle: np.ndarray) -> np.ndarray:
+    """How many samples had each throttle value 0..63 (nulls left out)."""
+    return np.bincount(throttle[throttle >= 0].astype(np.int64) & (_CODES - 1), minlength=_CODES)
+
+
+def _throttle_fracs(counts: np.ndarray) -> tuple[float | None, dict[str, float] | None]:
+    """Share of samples with any kit bit set, and per bit, from value counts (or None)."""
+    known = int(counts.sum())
+    if not known:
+        return None, None
+    value = np.arange(_CODES)
+    return (int(counts[1:].sum()) / known,
+            {name: int(counts[(value & bit) != 0].sum()) / known
+             for name, bit in THROTTLE_BITS.items()})
+
+
+def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[str, Any],
+            excursion_frac: float, measured_steps: int) -> tuple[dict[str, Any], np.ndarray]:
+    """One device's figures, and its throttle value counts for the job's pooled fractions."""
+    power = _values(telemetry, "power_w", s.rows)
+    counter = _values(telemetry, "energy_j", s.rows)
+    energy, source = _counter_energy(s.t, s.window, counter, windows), "counter"
+    if energy is None:
+        energy, source = _integrated_energy(s.t, s.window, power, windows), "integrated power"
+    p_mean, p_peak = _stats(power)
+    limit, clock_max = fact.get("power_limit_w"), fact.get("clock_sm_max_mhz")
+    runs, run_s = (_excursions(s.t, power, excursion_frac * limit)
+                   if limit and p_mean is not None else (None, None))
+    temp_mean, temp_max = _stats(_values(telemetry, "temp_gpu_c", s.rows))
+    clock = _stats(_values(telemetry, "clock_sm_mhz", s.rows))[0]
+    counts = _throttle_counts(_values(telemetry, "throttle", s.rows))
+    frac, by_reason = _throttle_fracs(counts)
     return {
-        "energy_j": sum(energy) if energy else None,
-        "energy_source": next((d["energy_source"] for d in per_device if d["energy_source"]),
-                              None),
-        "energy_j_per_token": sum(energy) / tokens if energy and tokens else None,
-        "energy_j_per_step": sum(energy) / measured_steps if energy and measured_steps else None,
-        "power_w_mean": float(np.mean(vals("power_w_mean"))) if vals("power_w_mean") else None,
-        "power_w_peak": max(vals("power_w_peak"), default=None),
-        "peak_to_mean": max(vals("peak_to_mean"), default=None),
-        "excursions": sum(vals("excursions")) if vals("excursions") else None,
-        "excursion_s": sum(vals("excursion_s")) if vals("excursion_s") else None,
-        "temp_gpu_c_max": max(temps, default=None),
+        "node": s.node, "device": s.device, "samples": len(s.t),
+        "energy_j": energy, "energy_source": source if energy is not None else None,
+        "energy_j_per_step": energy / measured_steps if energy is not None else None,
+        "power_w_mean": p_mean, "power_w_peak": p_peak,
+        "peak_to_mean": p_peak / p_mean if p_mean else None, "power_limit_w": limit,
+        "excursions": runs, "excursion_s": run_s,
+        "temp_gpu_c_mean": temp_mean, "temp_gpu_c_max": temp_max,
+        "temp_mem_c_max": _stats(_values(telemetry, "temp_mem_c", s.rows))[1],
+        "clock_sm_frac_of_max": clock / clock_max if clock is not None and clock_max else None,
+        "util_gpu_pct_mean": _stats(_values(telemetry, "util_gpu_pct", s.rows))[0],
+        "throttle_frac": frac, "throttle_frac_by_reason": by_reason,
+    }, counts
+
+
+def _fmean(values: list[float]) -> float | None:
+    """Mean of ``values``, or None when there are none."""
+    return statistics.fmean(values) if values else None
+
+
+def _per_token(energy: float | None, tokens_per_step: int, steps: int) -> dict[str, Any]:
+    """Energy per token and per step over ``steps`` measured steps (None if unknown)."""
+    return {"energy_j_per_token": energy / (tokens_per_step * steps)
+            if energy is not None and tokens_per_step and steps else None,
+            "energy_j_per_step": energy / steps if energy is not None and steps else None}
+
+
+def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_step: int,
+               measured_steps: int, excursion_frac: float) -> dict[str, Any]:
+    """The job's figures from the devices' (module docstring); all None without devices."""
+    def known(key: str) -> list[Any]:
+        return [d[key] for d in per_device if d[key] is not None]
+
+    energies = [d["energy_j"] for d in per_device]
+    total = sum(energies) if energies and None not in energies else None
+    sources = {d["energy_source"] for d in per_device}
+    means = known("temp_gpu_c_mean")
+    frac, by_reason = _throttle_fracs(counts)
+    return {
+        "energy_j": total,
+        "energy_source": (None if total is None
+                          else sources.pop() if len(sources) == 1 else "mixed"),
+        **_per_token(total, tokens_per_step, measured_steps),
+        "power_w_mean": _fmean(known("power_w_mean")),
+        "power_w_peak": max(known("power_w_peak"), default=None),
+        "peak_to_mean": max(known("peak_to_mean"), default=None),
+        "excursion_frac": excursion_frac,
+        "excursions": sum(known("excursions")) if known("excursions") else None,
+        "excursion_s": sum(known("excursion_s")) if known("excursion_s") else None,
+        "temp_gpu_c_max": max(known("temp_gpu_c_max"), default=None),
         "temp_gpu_c_spread": max(means) - min(means) if means else None,
-        "clock_sm_frac_of_max": (float(np.mean(vals("clock_sm_frac_of_max")))
-                                 if vals("clock_sm_frac_of_max") else None),
-        "throttle_frac": (sum(d["throttle_frac"] * d["samples"] for d in per_device
-                              if d.get("throttle_frac") is not None) / samples
-                          if samples else None),
+        "temp_mem_c_max": max(known("temp_mem_c_max"), default=None),
+        "clock_sm_frac_of_max": _fmean(known("clock_sm_frac_of_max")),
+        "util_gpu_pct_mean": _fmean(known("util_gpu_pct_mean")),
+        "throttle_frac": frac,
         "throttle_frac_by_reason": by_reason,
     }
+
+
+def device_metrics(
+    telemetry: pa.Table,
+    steps: pa.Table,
+    devices: list[dict[str, Any]],
+    tokens_per_step: int,
+    excursion_frac: float = 0.9,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Power and thermal metrics of every GPU over the measured steps, and their aggregate.
+
+    Args:
+        telemetry: Rows of ``TELEMETRY_SCHEMA``; only ``source == "gpu"`` rows are used.
+        steps: Rows of ``STEPS_SCHEMA``.
+        devices: Static facts per device: ``node`` (default 0), ``device``, ``power_limit_w``
+            and ``clock_sm_max_mhz`` (either may be missing or None).
+        tokens_per_step: Tokens the whole job trains per step (global batch x sequence).
+        excursion_frac: Excursion threshold as a fraction of the power limit.
+
+    Returns:
+        ``(per_device, aggregate)``: one dict per (node, device) with measured samples, in
+        (node, device) order, and the job-level dict (definitions in the module docstring).
+    """
+    windows = step_windows(steps)
+    measured_steps = int(np.count_nonzero(windows.phase == MEASURED))
+    facts = {(d.get("node", 0), d.get("device")): d for d in devices}
+    per_device, counts = [], np.zeros(_CODES, np.int64)
+    for s in _series(telemetry, windows, "gpu"):
+        figures, device_counts = _device(telemetry, s, windows, facts.get((s.node, s.device), {}),
+                                         excursion_frac, measured_steps)
+        per_device.append(figures)
+        counts += device_counts
+    return per_device, _aggregate(per_device, counts, tokens_per_step, measured_steps,
+                                  excursion_frac)
+
+
+def host_power(telemetry: pa.Table, steps: pa.Table, tokens_per_step: int) -> dict[str, Any]:
+    """Power and energy over the measured steps from host RAPL (``cpu_power_w``) rows.
+
+    The fallback for hosts without GPU rows: ``power_w_mean`` is the mean over nodes of each
+    node's mean package power, ``power_w_peak`` the highest sample, energy the trapezoidal
+    integral of package power over each measured window, summed over windows and nodes.
+
+    Args:
+        telemetry: Rows of ``TELEMETRY_SCHEMA``; only ``source == "host"`` rows are used.
+        steps: Rows of ``STEPS_SCHEMA``.
+        tokens_per_step: Tokens the whole job trains per step.
+
+    Returns:
+        ``power_w_mean``, ``power_w_peak``, ``energy_j``, ``energy_source``,
+        ``energy_j_per_token``, ``energy_j_per_step``; None where not measurable.
+    """
+    windows = step_windows(steps)
+    means, peaks, energies = [], [], []
+    for s in _series(telemetry, windows, "host"):
+        power = _values(telemetry, "cpu_power_w", s.rows)
+        mean, peak = _stats(power)
+        if mean is not None:
+            means.append(mean)
+            peaks.append(peak)
+        energies.append(_integrated_energy(s.t, s.window, power, windows))
+    total = sum(energies) if energies and None not in energies else None
+    return {"power_w_mean": _fmean(means),
+            "power_w_peak": max(peaks, default=None), "energy_j": total,
+            "energy_source": "integrated cpu_power_w" if total is not None else None,
+            **_per_token(total, tokens_per_step,
+                         int(np.count_nonzero(windows.phase == MEASURED)))}
