@@ -32,22 +32,24 @@ def main(bundle: Path) -> None:
         rows = rows.sort_values("t")
         t = rows["t"].to_numpy()
         print(f"device {dev}: median sample period {np.median(np.diff(t)) * 1e3:.1f} ms")
-        counter = integrated = 0.0
-        for a, b in spans:
-            w = rows[(rows["t"] >= a) & (rows["t"] <= b)]
-            if len(w) < 2:
-                continue
-            counter += w["energy_j"].iloc[-1] - w["energy_j"].iloc[0]
-            tw, pw = w["t"].to_numpy(), w["power_w"].to_numpy()
-            integrated += float(np.sum(np.diff(tw) * (pw[1:] + pw[:-1]) / 2))
+        # The measured phase as one interval, between its first and last counter reading
+        # (the counter is read every SLOW_READ_MS, power every tick): the counter's rise
+        # there against the trapezoidal integral of sampled power over the same interval.
+        inside = rows[(rows["t"] >= spans[0][0]) & (rows["t"] <= spans[-1][1])]
+        readings = inside.dropna(subset=["energy_j"])
+        t0, t1 = readings["t"].iloc[0], readings["t"].iloc[-1]
+        counter = readings["energy_j"].iloc[-1] - readings["energy_j"].iloc[0]
+        w = inside[(inside["t"] >= t0) & (inside["t"] <= t1)].dropna(subset=["power_w"])
+        tw, pw = w["t"].to_numpy(), w["power_w"].to_numpy()
+        integrated = float(np.sum(np.diff(tw) * (pw[1:] + pw[:-1]) / 2))
         print(f"  NVML energy counter      {counter:10.1f} J")
         print(f"  integrated power_w       {integrated:10.1f} J  "
               f"({100 * (integrated - counter) / counter:+.2f}% vs counter)")
         z = zeus[zeus["rank"] == dev]["gpu_energy_j"].dropna()
         if len(z):
             print(f"  Zeus step windows        {z.sum():10.1f} J  "
-                  f"({100 * (z.sum() - counter) / counter:+.2f}% vs counter; windows span whole "
-                  "steps, the counter only first-to-last sample inside them)")
+                  f"({100 * (z.sum() - counter) / counter:+.2f}% vs counter; windows span the "
+                  "steps only, the counter the phase between its first and last reading)")
         seen: Counter[str] = Counter()
         for mask in rows["throttle"].dropna().astype(int):
             for name, bit in THROTTLE_BITS.items():

@@ -1,9 +1,14 @@
 """NVIDIA GPU telemetry through NVML (the ``pynvml`` module of nvidia-ml-py).
 
-Per device and tick, one ``nvmlDeviceGetFieldValues`` call reads every field-value counter
-(instant and average power, memory temperature, PCIe and NVLink byte counters), and one call
-each reads the rest (energy, GPU temperature, clocks, utilisation, memory, throttle reasons,
-violation times). Which counters a device has is found once, at construction: a field the
+Per device and tick, one ``nvmlDeviceGetFieldValues`` call reads the fast field-value
+counters (instant and average power, memory temperature) and one call each reads GPU
+temperature, clocks, utilisation, memory and throttle reasons. The slow queries
+(:data:`SLOW_FIELDS`: the energy counter, PCIe and per-link NVLink byte counters, violation
+times; 1-13 ms per device each on H200) are read at most every :data:`SLOW_READ_MS`, in a
+field-values request per field; rows between carry ``None`` for them. Measured on
+2 x H200: reading them every 20 ms tick took 68 ms per tick, and the combined 41-entry
+request per device crashed the sampler under a NCCL run (``benchmarks/telemetry/results/``).
+Which counters a device has is found once, at construction: a field the
 device or driver cannot read stays ``None`` in its rows, with NVML's error as the reason.
 
 Device indices are NVML's: every GPU of the node in NVML's (nvidia-smi's) order, regardless
@@ -38,6 +43,15 @@ HOPPER_POWER_PERIOD_MS = 100.0
 """How often NVML refreshes power and the energy counter on Hopper (H100, H200): about every
 100 ms (Yang et al., "Part-time Power Measurements: nvidia-smi's Lack of Attention", 2024).
 ``benchmarks/telemetry/nvml_probe.py`` measures it on the machine at hand."""
+
+SLOW_FIELDS = frozenset({"energy_j", "pcie_tx_bytes", "pcie_rx_bytes", "link_tx_bytes",
+                         "link_rx_bytes", "viol_power_s", "viol_thermal_s"})
+"""Cumulative counters whose NVML queries are slow; read every :data:`SLOW_READ_MS`."""
+
+SLOW_READ_MS = 100.0
+"""Read period of :data:`SLOW_FIELDS`: the energy counter's own refresh period on Hopper, so
+reading it more often repeats values; the byte counters and violation times are cumulative,
+so a coarser read loses nothing but time resolution."""
 
 _POWER_SCOPE_GPU = 0
 """Field-value scope id NVML_POWER_SCOPE_GPU: the GPU's own power. Grace Hopper would need
@@ -145,14 +159,25 @@ class _Slot:
 
 
 @dataclass
+class _Reads:
+    """How a group of fields is read: one field-values request, plus one call per field."""
+
+    request: list[tuple[int, int]] = field(default_factory=list)
+    slots: dict[str, _Slot] = field(default_factory=dict)
+    calls: dict[str, Callable[[], float | int]] = field(default_factory=dict)
+
+
+@dataclass
 class _Device:
     """One GPU: its handle, how each readable field is read, and what each field is."""
 
     index: int
     handle: Any
-    request: list[tuple[int, int]] = field(default_factory=list)
-    slots: dict[str, _Slot] = field(default_factory=dict)
-    calls: dict[str, Callable[[], float | int]] = field(default_factory=dict)
+    fast: _Reads = field(default_factory=_Reads)
+    """Fields read every tick."""
+    slow: _Reads = field(default_factory=_Reads)
+    """:data:`SLOW_FIELDS`, read every :data:`SLOW_READ_MS`."""
+    slow_read_t: float = float("-inf")
     info: dict[str, FieldInfo] = field(default_factory=dict)
 
 
@@ -364,7 +389,11 @@ class NvmlSource(TelemetrySource):
             for c in cands:
                 why = self._adopt(dev, name, c, probe, batch_error)
                 if why is None:
-                    note = "; ".join([*failed, f"read from {c.label}"]) if failed else None
+                    notes = [*failed, f"read from {c.label}"] if failed else []
+                    if name in SLOW_FIELDS:
+                        notes.append(f"read every {SLOW_READ_MS:g} ms (a slow NVML query); "
+                                     "null in the rows between")
+                    note = "; ".join(notes) or None
                     dev.info[name] = FieldInfo(True, note, self._period_ms(name, arch))
                     break
                 failed.append(why)
@@ -378,6 +407,7 @@ class NvmlSource(TelemetrySource):
     ) -> str | None:
         """Use candidate ``c`` for field ``name`` if it reads on ``dev``; else say why not."""
         nv = self._nvml
+        reads = dev.slow if name in SLOW_FIELDS else dev.fast
         if isinstance(c, str):
             return c
         if isinstance(c, _Call):
@@ -385,7 +415,7 @@ class NvmlSource(TelemetrySource):
                 c.read()
             except nv.NVMLError as e:
                 return f"{c.label}: {e}"
-            dev.calls[name] = c.read
+            reads.calls[name] = c.read
             return None
         if batch_error:
             return batch_error
@@ -394,9 +424,9 @@ class NvmlSource(TelemetrySource):
         if bad is not None:
             return f"{c.label}: {nv.NVMLError(bad)}"
         baseline = sum(self._value(v) for v in entries) * c.scale if c.since_start else 0
-        start = len(dev.request)
-        dev.request.extend(c.ids)
-        dev.slots[name] = _Slot(c.label, start, len(dev.request), c.scale, baseline)
+        start = len(reads.request)
+        reads.request.extend(c.ids)
+        reads.slots[name] = _Slot(c.label, start, len(reads.request), c.scale, baseline)
         return None
 
     def _period_ms(self, name: str, arch: int) -> float | None:
@@ -454,20 +484,31 @@ class NvmlSource(TelemetrySource):
         """Name, UUID, enforced power limit, max SM clock and memory size of each device."""
         return list(self._facts)
 
-    def _read(self, dev: _Device) -> dict[str, Any]:
-        """Read every readable field of one device, in canonical units."""
+    def _read(self, dev: _Device, reads: _Reads) -> dict[str, Any]:
+        """Read one group of fields of one device, in canonical units.
+
+        The fast group's field values come in one request; the slow group's in one request per
+        field, which keeps every request small (the 2 x H200 crash came with one 41-entry
+        request per device).
+        """
         nv = self._nvml
         values: dict[str, Any] = {}
-        if dev.request:
-            got = nv.nvmlDeviceGetFieldValues(dev.handle, dev.request)
-            for name, s in dev.slots.items():
+        if reads is dev.fast:
+            requests = [(reads.request, list(reads.slots.items()))] if reads.request else []
+        else:
+            requests = [(reads.request[s.start:s.stop], [(name, replace(s, start=0,
+                                                                       stop=s.stop - s.start))])
+                        for name, s in reads.slots.items()]
+        for request, slots in requests:
+            got = nv.nvmlDeviceGetFieldValues(dev.handle, request)
+            for name, s in slots:
                 entries = got[s.start:s.stop]
                 for v in entries:
                     if v.nvmlReturn != nv.NVML_SUCCESS:
                         what = f"device {dev.index} {s.label}"
                         raise _convert(nv, nv.NVMLError(v.nvmlReturn), what)
                 values[name] = sum(self._value(v) for v in entries) * s.scale - s.baseline
-        for name, read in dev.calls.items():
+        for name, read in reads.calls.items():
             values[name] = read()
         return values
 
@@ -481,7 +522,10 @@ class NvmlSource(TelemetrySource):
         rows = []
         for dev in self._devices:
             with _nvml_errors(self._nvml, f"device {dev.index}"):
-                values = self._read(dev)
+                values = self._read(dev, dev.fast)
+                if (t - dev.slow_read_t) * 1e3 >= SLOW_READ_MS:
+                    values.update(self._read(dev, dev.slow))
+                    dev.slow_read_t = t
             rows.append(make_row(t, self._node, dev.index, "gpu", **values))
         return rows
 

@@ -52,3 +52,17 @@ def forward_backward_kwargs(forward_backward_func: Any) -> dict[str, Any]:
     """Keyword arguments of the schedule call that older releases lack."""
     params = inspect.signature(forward_backward_func).parameters
     return {"decoder_seq_length": None} if "decoder_seq_length" in params else {}
+
+
+def install_wgrad_accumulation(impl: Any) -> None:
+    """Make megatron-core's linear layers use ``impl`` for fused weight-gradient accumulation.
+
+    megatron-core imports apex's ``fused_weight_gradient_mlp_cuda`` into
+    ``megatron.core.tensor_parallel.layers`` (0.16 through 0.19) and refuses
+    ``gradient_accumulation_fusion`` when the import failed; both are module globals there.
+    Must run before the model's layers are built.
+    """
+    from megatron.core.tensor_parallel import layers
+
+    layers.fused_weight_gradient_mlp_cuda = impl
+    layers._grad_accum_fusion_available = True

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
-from kit.engines.megatron import adapter
+from kit.engines.megatron import adapter, speed
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.spec.run import RunConfig
 
@@ -41,6 +41,7 @@ class MegatronEngine(Engine):
     def __init__(self) -> None:
         self.cfg: RunConfig | None = None
         self._cpu_mode: Any = None
+        self._speed_notes: list[str] = []
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
@@ -71,6 +72,8 @@ class MegatronEngine(Engine):
 
             tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
 
+        if "wgrad_fusion" in speed.enabled(cfg):
+            adapter.install_wgrad_accumulation(speed.WgradAccumulation)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:
@@ -125,9 +128,13 @@ class MegatronEngine(Engine):
             use_distributed_optimizer=o.dist_optimizer,
             bucket_size=40_000_000 if o.overlap else None,
         )
+        features = speed.enabled(cfg)
+        self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
         wrapped = []
         for i, chunk in enumerate(chunks):
             chunk.cuda(torch.cuda.current_device())
+            if "compile" in features:
+                speed.compile_layers([chunk])
             if cfg.dtype in ("bf16", "fp16"):
                 chunk = Float16Module(self.config, chunk)
             wrapped.append(
@@ -154,6 +161,8 @@ class MegatronEngine(Engine):
             ),
             wrapped,
         )
+        if "fused_adam" in features and not speed.use_fused_adamw(self.optimizer):
+            self._speed_notes.append("fused AdamW unavailable: megatron-core chose its optimizer")
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.no_sync_func = [m.no_sync for m in wrapped]
         if len(wrapped) == 1:
@@ -223,7 +232,8 @@ class MegatronEngine(Engine):
 
     def info(self) -> EngineInfo:
         """Versions of torch and megatron-core, and the attention implementation."""
-        notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)"]
+        notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)",
+                 *self._speed_notes]
         if self.cfg is not None and self.cfg.platform.is_cpu:
             notes.append(
                 "cpu: megatron-core with kit.engines.megatron.cpu_compat; DP by gloo all-reduce"

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from kit.analysis.flops import padded_vocab_size
-from kit.engines.megatron import adapter
+from kit.engines.megatron import adapter, speed
 from kit.spec.run import RunConfig
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -54,6 +54,7 @@ def transformer_config(cfg: RunConfig) -> Any:
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
     )
+    kwargs.update(speed.config_kwargs(cfg, speed.enabled(cfg)))
     if o.recompute != "none":
         kwargs["recompute_granularity"] = o.recompute
         if o.recompute == "full":

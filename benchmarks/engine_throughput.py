@@ -1,0 +1,265 @@
+"""Throughput of the kit's megatron engine against its ceilings, in one process on one GPU.
+
+Measures, on the same model shape and batch:
+
+1. ``gemm``: a large bf16 matmul, the practical ceiling of the tensor cores;
+2. ``torch_ref``: a plain PyTorch GPT (nn.Linear, LayerNorm, SDPA flash attention, bf16
+   autocast over fp32 weights, fused AdamW), the reference the kit must not be slower than;
+3. ``mcore_local``: megatron-core's stock local spec (its own DotProductAttention, no fusions,
+   megatron's default optimizer), built through the kit's engine with the kit's changes off;
+4. ``kit``: the kit's megatron engine as ``charllm-kit run`` trains it.
+
+TFLOP/s use the kit's Megatron-LM formula (``kit.analysis.flops``), MFU the platform's dense
+bf16 peak. Prints a table and, with ``--json``, writes the figures. ``--kit-variants`` adds
+runs of the kit engine with a subset of its speed features (``CHARLLM_SPEED``), to show what
+each one buys.
+
+    python benchmarks/engine_throughput.py --json out.json
+"""
+
+import argparse
+import contextlib
+import datetime as dt
+import gc
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kit.analysis.flops import model_flops_per_step, padded_vocab_size
+from kit.engines.megatron import adapter
+from kit.engines.megatron import model as kit_model
+from kit.engines.megatron.engine import MegatronEngine
+from kit.spec.detect import detect_platform
+from kit.spec.resolve import RunRequest, resolve
+from kit.spec.workload import WorkloadSpec
+
+GiB = 2**30
+
+
+def _time_steps(step: Callable[[], Any], warmup: int, steps: int) -> float:
+    """Mean seconds per call of ``step`` after ``warmup`` calls, synchronized."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
+@contextlib.contextmanager
+def _fresh_memory() -> Iterator[None]:
+    """Free what the previous measurement left and reset the peak counter."""
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    yield
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def gemm_tflops(n: int = 8192, steps: int = 50) -> float:
+    """bf16 ``n x n x n`` matmul TFLOP/s."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    seconds = _time_steps(lambda: a @ b, 10, steps)
+    return 2 * n**3 / seconds / 1e12
+
+
+class _Block(nn.Module):
+    """Pre-LN GPT block: fused QKV, SDPA causal flash attention, GELU MLP."""
+
+    def __init__(self, w: WorkloadSpec) -> None:
+        super().__init__()
+        h = w.hidden_size
+        self.heads = w.num_attention_heads
+        self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+        self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+        self.fc1, self.fc2 = nn.Linear(h, w.ffn_hidden_size), nn.Linear(w.ffn_hidden_size, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class TorchGPT(nn.Module):
+    """The plain PyTorch reference: GPT with learned positions and tied embeddings."""
+
+    def __init__(self, w: WorkloadSpec) -> None:
+        super().__init__()
+        vocab = padded_vocab_size(w.vocab_size)
+        self.tok = nn.Embedding(vocab, w.hidden_size)
+        self.pos = nn.Embedding(w.seq_length, w.hidden_size)
+        self.blocks = nn.ModuleList(_Block(w) for _ in range(w.num_layers))
+        self.ln = nn.LayerNorm(w.hidden_size)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy."""
+        x = self.tok(tokens) + self.pos.weight[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.ln(x) @ self.tok.weight.t()
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+def torch_reference(w: WorkloadSpec, micro: int, accum: int, warmup: int, steps: int) -> dict:
+    """Seconds per step and peak memory of the plain reference."""
+    model = TorchGPT(w).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tokens = torch.randint(0, w.vocab_size, (accum, micro, w.seq_length + 1), device="cuda",
+                           generator=gen)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        for m in range(accum):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(tokens[m, :, :-1], tokens[m, :, 1:]) / accum
+            loss.backward()
+        opt.step()
+
+    seconds = _time_steps(step, warmup, steps)
+    return {"step_s": seconds, "peak_mem_gib": torch.cuda.max_memory_allocated() / GiB}
+
+
+@contextlib.contextmanager
+def _speed(features: str | None, stock_spec: bool = False) -> Iterator[None]:
+    """Run the kit engine with ``CHARLLM_SPEED=features`` (and megatron's stock local spec)."""
+    old_env, old_spec = os.environ.get("CHARLLM_SPEED"), kit_model.layer_spec
+    if features is not None:
+        os.environ["CHARLLM_SPEED"] = features
+    if stock_spec:
+        kit_model.layer_spec = lambda cfg: adapter.local_layer_spec(
+            cfg.workload.num_experts, rms_norm=cfg.workload.normalization == "rmsnorm")
+    try:
+        yield
+    finally:
+        kit_model.layer_spec = old_spec
+        if old_env is None:
+            os.environ.pop("CHARLLM_SPEED", None)
+        else:
+            os.environ["CHARLLM_SPEED"] = old_env
+
+
+def kit_engine(req: RunRequest) -> dict:
+    """Seconds per step and peak memory of the kit's megatron engine (one rank)."""
+    cfg = resolve(req, require_present=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
+                      LOCAL_RANK="0")
+    engine = MegatronEngine()
+    engine.setup(cfg, 0, 0, 1)
+    counter, losses = iter(range(10**9)), []
+
+    def step() -> None:
+        losses.append(engine.train_step(next(counter)).loss)
+
+    try:
+        seconds = _time_steps(step, req.warmup, req.steps)
+        return {"step_s": seconds, "peak_mem_gib": torch.cuda.max_memory_allocated() / GiB,
+                "last_loss": losses[-1], "notes": engine.info().notes}
+    finally:
+        engine.teardown()
+
+
+def main() -> None:
+    """Measure and print; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", default="gpt3-1.3b")
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--global-batch", type=int, default=16)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--only", default="gemm,torch_ref,mcore_local,kit")
+    parser.add_argument("--kit-variants", default="",
+                        help="';'-separated CHARLLM_SPEED values measured besides the kit default")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+
+    platform = detect_platform()
+    req = RunRequest(workload=args.workload, platform=platform.name,
+                     micro_batch_size=args.micro_batch, global_batch_size=args.global_batch,
+                     steps=args.steps, warmup=args.warmup, telemetry_interval_ms=0)
+    cfg = resolve(req, require_present=True)
+    flops = model_flops_per_step(cfg.workload, cfg.global_batch_size)
+    peak = platform.peak_tflops["bf16"]
+    only = set(args.only.split(","))
+    device = torch.cuda.get_device_name()
+    print(f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ} {device}; torch {torch.__version__}, "
+          f"megatron-core {adapter.mcore_version()}; {args.workload} micro-batch "
+          f"{args.micro_batch} global {args.global_batch}, {flops / 1e12:.1f} TFLOP/step",
+          flush=True)
+
+    rows: dict[str, dict] = {}
+
+    def measure(name: str, fn: Callable[[], dict], features: str | None = None,
+                stock_spec: bool = False) -> None:
+        """Run one measurement, print its line at once; out of memory is a result too."""
+        with _fresh_memory(), _speed(features, stock_spec):
+            try:
+                row = fn()
+            except torch.OutOfMemoryError:
+                row = {"oom": True, "peak_mem_gib": torch.cuda.max_memory_allocated() / GiB}
+        rows[name] = row
+        if row.get("oom"):
+            print(f"{name:28s} out of memory (peak {row['peak_mem_gib']:.2f} GiB)", flush=True)
+            return
+        if "step_s" in row:
+            row["tflops"] = flops / row["step_s"] / 1e12
+        row["mfu"] = row["tflops"] / peak
+        line = f"{name:28s} {row['tflops']:7.1f} TFLOP/s  MFU {row['mfu']:6.1%}"
+        if "step_s" in row:
+            line += f"  {row['step_s'] * 1e3:7.1f} ms/step  peak {row['peak_mem_gib']:6.2f} GiB"
+        if "last_loss" in row:
+            line += f"  loss {row['last_loss']:.4f}"
+        print(line, flush=True)
+
+    if "gemm" in only:
+        measure("gemm", lambda: {"tflops": gemm_tflops()})
+    if "torch_ref" in only:
+        measure("torch_ref", lambda: torch_reference(
+            cfg.workload, cfg.micro_batch_size, cfg.grad_accum_steps, args.warmup, args.steps))
+    if "kit" in only:
+        measure("kit", lambda: kit_engine(req))
+    for variant in filter(None, args.kit_variants.split(";")):
+        measure(f"kit[{variant}]", lambda: kit_engine(req), features=variant)
+    if "mcore_local" in only:
+        measure("mcore_local", lambda: kit_engine(req), features="none", stock_spec=True)
+    if "kit" in rows and "tflops" in rows["kit"]:
+        for name, row in rows.items():
+            if name != "kit" and "tflops" in row:
+                print(f"kit / {name}: {rows['kit']['tflops'] / row['tflops']:.2f}x")
+    if "notes" in rows.get("kit", {}):
+        print("kit notes: " + "; ".join(rows["kit"]["notes"]))
+    if args.json:
+        out = {"device": device, "date": f"{dt.date.today()}",
+               "workload": args.workload, "micro_batch": args.micro_batch,
+               "global_batch": args.global_batch, "torch": torch.__version__,
+               "megatron_core": str(adapter.mcore_version()), "peak_tflops": peak}
+        for key, name in (("gemm_tflops", "gemm"), ("torch_ref_tflops", "torch_ref"),
+                          ("mcore_local_tflops", "mcore_local"), ("kit_tflops", "kit")):
+            out[key] = rows.get(name, {}).get("tflops")  # None: not run or out of memory
+        out["kit_mfu"] = rows.get("kit", {}).get("mfu")
+        out["kit_peak_mem_gib"] = rows.get("kit", {}).get("peak_mem_gib")
+        out["torch_ref_peak_mem_gib"] = rows.get("torch_ref", {}).get("peak_mem_gib")
+        out["variants"] = {k: {kk: v for kk, v in r.items() if kk != "notes"}
+                           for k, r in rows.items()}
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
