@@ -56,7 +56,7 @@ def _time_steps(step: Callable[[], Any], warmup: int, steps: int) -> float:
 
 
 @contextlib.contextmanager
-def _fresh_memory() -> Iterator[None]:
+def fresh_memory() -> Iterator[None]:
     """Free what the previous measurement left and reset the peak counter."""
     gc.collect()
     torch.cuda.empty_cache()
@@ -208,7 +208,7 @@ def main() -> None:
     def measure(name: str, fn: Callable[[], dict], features: str | None = None,
                 stock_spec: bool = False) -> None:
         """Run one measurement, print its line at once; out of memory is a result too."""
-        with _fresh_memory(), _speed(features, stock_spec):
+        with fresh_memory(), _speed(features, stock_spec):
             try:
                 row = fn()
             except torch.OutOfMemoryError:
