@@ -8,7 +8,14 @@ import jsonschema
 import pytest
 
 from kit.bundle.json_schema import SCHEMAS_DIR, bundle_json_schemas, render
-from kit.bundle.schema import SCHEMA_VERSION
+from kit.bundle.schema import (
+    SCHEMA_VERSION,
+    STEPS_SCHEMA,
+    SUMMARY_KEYS,
+    TELEMETRY_SCHEMA,
+    Manifest,
+    MetricsFile,
+)
 
 from .conftest import REPO
 from .test_bundle_archive import one_line_error, rehash, write_archive
@@ -77,3 +84,11 @@ def test_an_archive_of_a_newer_bundle_is_refused_before_extraction(cli, tmp_path
     archive = write_archive(tmp_path / "future.tar.gz", [], schema_version=SCHEMA_VERSION + 1)
     line = one_line_error(cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in")))
     assert "upgrade charllm-kit" in line and not (tmp_path / "in").exists()
+
+
+def test_the_format_doc_names_every_field_and_column():
+    doc = (REPO / "docs/bundle-format.md").read_text()
+    names = [*Manifest.model_fields, *MetricsFile.model_fields, *SUMMARY_KEYS,
+             *STEPS_SCHEMA.names, *TELEMETRY_SCHEMA.names]
+    missing = [n for n in names if f"`{n}`" not in doc]
+    assert not missing, f"docs/bundle-format.md does not describe {missing}"

@@ -196,7 +196,10 @@ class Manifest(BaseModel):
         extra="forbid", frozen=True, json_schema_extra=_require_schema_version
     )
 
-    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    schema_version: int = Field(
+        SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION,
+        description="Layout version of the bundle; a reader refuses one newer than its own.",
+    )
     kit_version: str = Field(description="charllm-kit version that wrote the bundle.")
     git_commit: str | None = Field(description="Kit source commit; null outside a checkout.")
     created_utc: str = Field(
