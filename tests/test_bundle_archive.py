@@ -167,6 +167,17 @@ def test_unpack_refuses_a_huge_member_from_its_header(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.tar.gz"]
 
 
+def test_unpack_refuses_a_huge_pax_header_before_tarfile_reads_it(cli, tmp_path):
+    """tarfile reads a pax header whole: one declaring 16 GiB must not be read at all."""
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, 16 * 2**30
+    tail = header.tobuf(format=tarfile.GNU_FORMAT) + b"\0" * 4096
+    archive = write_archive(tmp_path / "pax.tar.gz", [], tail=tail)
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert "a member header is over" in one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pax.tar.gz"]
+
+
 def test_unpack_refuses_too_many_members(cli, tmp_path):
     limit = ArchiveLimits().max_members
     dirs = [_special(f"{EVIL_ID}/d{i}", tarfile.DIRTYPE) for i in range(limit + 1)]

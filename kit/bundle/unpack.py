@@ -8,6 +8,7 @@ after its hashes match the index and :func:`~kit.bundle.verify.verify_bundle` pa
 in the archive is executed, and its JSON is parsed strictly (no YAML, no pickles).
 """
 
+import gzip
 import json
 import os
 import re
@@ -35,6 +36,37 @@ from kit.spec.loader import describe_validation_error
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 # tarfile's "data" filter (PEP 706) exists from Python 3.12 and in 3.10.12 / 3.11.4 updates.
 _DATA_FILTER: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
+
+_MAX_READ = 16 * 2**20
+"""Largest single read tarfile may make: it reads a pax or GNU long-name header whole."""
+
+
+class _HeaderTooLarge(Exception):
+    """tarfile asked to read a header larger than :data:`_MAX_READ` in one go."""
+
+
+class _CappedReads:
+    """The decompressed stream, refusing any one read over :data:`_MAX_READ` bytes.
+
+    tarfile reads member data in small chunks but reads a pax (``x``/``g``) or GNU long-name
+    header in a single call of the size the header declares, so a few megabytes of gzip
+    could otherwise make it allocate gigabytes before any member is screened.
+    """
+
+    def __init__(self, stream: gzip.GzipFile) -> None:
+        self._stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > _MAX_READ:
+            raise _HeaderTooLarge(size)
+        return self._stream.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._stream.tell()
 
 
 def _refuse(archive: Path, why: str) -> NoReturn:
@@ -178,14 +210,18 @@ def unpack_bundle(
     if not archive.is_file():
         raise BundleError(f"no archive at {archive}")
     try:
-        with tarfile.open(archive, "r:gz") as tar:
+        with gzip.open(archive, "rb") as gz, tarfile.open(
+            fileobj=_CappedReads(gz), mode="r:"  # type: ignore[arg-type]  # read/seek/tell
+        ) as tar:
             index, members = _screen(tar, archive, limits)
             target = dest / index.bundle_id
             if target.exists():
                 raise BundleError(f"{target} already exists: remove it or pass another -o")
             _extract(tar, members, index, archive, dest)
-    except (tarfile.TarError, EOFError, zlib.error) as e:
+    except _HeaderTooLarge:
+        _refuse(archive, f"a member header is over {_MAX_READ} bytes")
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as e:
         _refuse(archive, f"not a readable .tar.gz ({type(e).__name__}: {e})")
-    except OSError as e:  # gzip.BadGzipFile included
+    except OSError as e:  # disk full, permissions, a file where -o names a directory
         _refuse(archive, f"cannot be read or extracted ({e.strerror or e})")
     return target
