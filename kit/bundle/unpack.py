@@ -2,7 +2,8 @@
 
 Every member header is screened before a byte is extracted: only regular files and
 directories, all inside ``<bundle_id>/``, no absolute paths, ``..``, links or device files, and
-within :class:`~kit.bundle.archive.ArchiveLimits`. Extraction goes through tarfile's ``data``
+within :class:`~kit.bundle.archive.ArchiveLimits`; no single header may be over 16 MiB.
+Extraction goes through tarfile's ``data``
 filter into a private staging directory beside the target; the bundle is moved into place only
 after its hashes match the index and :func:`~kit.bundle.verify.verify_bundle` passes. Nothing
 in the archive is executed, and its JSON is parsed strictly (no YAML, no pickles).
@@ -203,7 +204,7 @@ def unpack_bundle(
     Raises:
         BundleError: An unreadable or unsafe archive, a bundle of a newer schema, a bundle
             that fails verification, or a target directory that already exists. Nothing is
-            left under ``dest`` then (``dest`` itself is created only for a safe archive).
+            left under ``dest`` then, and ``dest`` is removed again if this call created it.
     """
     archive, dest = Path(archive), Path(dest)
     limits = limits or ArchiveLimits()
