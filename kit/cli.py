@@ -131,7 +131,7 @@ def platforms_detect() -> None:
 
 @cli.group()
 def bundle() -> None:
-    """Inspect result bundles."""
+    """Inspect, pack, unpack and export result bundles."""
 
 
 @bundle.command("show")
@@ -153,6 +153,64 @@ def bundle_verify(paths: tuple[Path, ...]) -> None:
     for p in paths:
         files = verify_bundle(p)
         click.echo(f"ok  {p}  ({len(files)} files)")
+
+
+@bundle.command("pack")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Archive to write (default: ./<bundle>.tar.gz).")
+@click.option("--redact", is_flag=True, help="Remove host names, user names and IPs first.")
+def bundle_pack(path: Path, output: Path | None, redact: bool) -> None:
+    """Verify a bundle and pack it into one .tar.gz; print the archive path."""
+    from kit.bundle.pack import pack_bundle
+
+    click.echo(str(pack_bundle(path, output, redact=redact)))
+
+
+@bundle.command("unpack")
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("."), help="Directory that receives the bundle (default: .).")
+def bundle_unpack(archive: Path, output: Path) -> None:
+    """Unpack an archive from anyone safely, verify it; print the bundle path."""
+    from kit.bundle.unpack import unpack_bundle
+
+    click.echo(str(unpack_bundle(archive, output)))
+
+
+def _emit(text: str, output: Path | None) -> None:
+    """Print ``text`` or write it to ``output``."""
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+@bundle.command("export-mllog")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="File for the :::MLLOG lines (default: stdout).")
+@click.option("--org", default="unspecified", show_default=True, help="submission_org value.")
+def bundle_export_mllog(path: Path, output: Path | None, org: str) -> None:
+    """Write a bundle's run as MLPerf-style :::MLLOG lines."""
+    from kit.bundle.reader import read_bundle
+    from kit.interop.mllog import mllog_text
+
+    _emit(mllog_text(read_bundle(path), org), output)
+
+
+@bundle.command("system-desc")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="File for the JSON (default: stdout).")
+@click.option("--org", default="unspecified", show_default=True, help="submitter value.")
+def bundle_system_desc(path: Path, output: Path | None, org: str) -> None:
+    """Write an MLPerf system description JSON of the nodes a bundle ran on."""
+    from kit.bundle.reader import read_bundle
+    from kit.interop.system_desc import system_description
+
+    desc = system_description(read_bundle(path).manifest, org)
+    _emit(json.dumps(desc, indent=2) + "\n", output)
 
 
 def main() -> None:

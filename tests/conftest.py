@@ -23,3 +23,12 @@ def kit_cli(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProce
 def cli():
     """The ``kit_cli`` runner."""
     return kit_cli
+
+
+@pytest.fixture(scope="session")
+def cpu_bundle(tmp_path_factory) -> Path:
+    """One real 2-rank (TP 2) gpt3-tiny CPU run's bundle, shared: copy it before changing it."""
+    out = tmp_path_factory.mktemp("cpu-run")
+    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return Path(r.stdout.strip().splitlines()[-1])

@@ -7,14 +7,9 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
-def real_bundle(tmp_path_factory) -> Path:
-    from .conftest import kit_cli
-
-    out = tmp_path_factory.mktemp("runs")
-    r = kit_cli("run", "gpt3-tiny", "--steps", "2", "--warmup", "1", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    return Path(r.stdout.strip().splitlines()[-1])
+@pytest.fixture
+def real_bundle(cpu_bundle) -> Path:
+    return cpu_bundle
 
 
 @pytest.fixture

@@ -5,12 +5,17 @@
 - :mod:`kit.bundle.reader`: open a finished bundle, refusing unknown or broken ones.
 - :mod:`kit.bundle.verify`: check checksums, file list and schemas end to end.
 - :mod:`kit.bundle.show`: a short human summary.
+- :mod:`kit.bundle.json_schema`: the published JSON Schemas (``schemas/*.schema.json``).
+- :mod:`kit.bundle.archive`, :mod:`kit.bundle.pack`, :mod:`kit.bundle.unpack`: one ``.tar.gz``
+  per bundle, unpacked as untrusted input; :mod:`kit.bundle.redact` strips hosts, users, IPs.
 
 Every broken, tampered or too-new bundle raises :class:`kit.errors.BundleError` with one line
 naming the offending file.
 """
 
+from kit.bundle.pack import pack_bundle
 from kit.bundle.reader import Bundle, read_bundle
+from kit.bundle.redact import redact_bundle
 from kit.bundle.schema import (
     SCHEMA_VERSION,
     STATUSES,
@@ -26,6 +31,7 @@ from kit.bundle.schema import (
     RankRecord,
 )
 from kit.bundle.show import format_bundle
+from kit.bundle.unpack import unpack_bundle
 from kit.bundle.verify import verify_bundle
 from kit.bundle.writer import BundleStaging, concat_chunks, new_bundle_id
 
@@ -47,6 +53,9 @@ __all__ = [
     "concat_chunks",
     "format_bundle",
     "new_bundle_id",
+    "pack_bundle",
     "read_bundle",
+    "redact_bundle",
+    "unpack_bundle",
     "verify_bundle",
 ]

@@ -151,6 +151,37 @@ def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
         raise _unreadable(root, name, e) from None
 
 
+def check_schema_version(root: Path, version: object) -> int:
+    """Return ``version`` if this kit can read it; else refuse it in one line saying what to do.
+
+    This kit reads versions 1 to :data:`SCHEMA_VERSION`; v1 is the first published layout,
+    so there is no older one to migrate yet.
+
+    Raises:
+        BundleError: Not an integer, below 1, or newer than :data:`SCHEMA_VERSION`.
+    """
+    if type(version) is not int:
+        raise BundleError(f"bundle {root}: manifest.json has no integer schema_version")
+    if version > SCHEMA_VERSION:
+        raise BundleError(
+            f"bundle {root} has schema_version {version}; this kit reads up to "
+            f"{SCHEMA_VERSION}: upgrade charllm-kit"
+        )
+    if version < 1:
+        raise BundleError(f"bundle {root}: schema_version {version} does not exist (first is 1)")
+    return version
+
+
+def read_schema_version(path: str | Path) -> int:
+    """Return a bundle's ``schema_version`` after :func:`check_schema_version` accepts it.
+
+    Raises:
+        BundleError: Not a bundle, unreadable manifest, or a version this kit cannot read.
+    """
+    root = bundle_dir(path)
+    return check_schema_version(root, _load_json(root, "manifest.json").get("schema_version"))
+
+
 def read_bundle(path: str | Path) -> Bundle:
     """Open a finished bundle and check its manifest and metrics.
 
@@ -163,14 +194,7 @@ def read_bundle(path: str | Path) -> Bundle:
     """
     root = bundle_dir(path)
     manifest = _load_json(root, "manifest.json")
-    version = manifest.get("schema_version")
-    if type(version) is not int:
-        raise BundleError(f"bundle {root}: manifest.json has no integer schema_version")
-    if version > SCHEMA_VERSION:
-        raise BundleError(
-            f"bundle {root} has schema_version {version}; this kit reads up to "
-            f"{SCHEMA_VERSION}: upgrade charllm-kit"
-        )
+    check_schema_version(root, manifest.get("schema_version"))
     _check_model(root, "manifest.json", manifest, Manifest)
     metrics = _load_json(root, "metrics.json")
     _check_model(root, "metrics.json", metrics, MetricsFile)

@@ -172,12 +172,34 @@ class RankRecord(BaseModel):
     error: str | None = Field(description="This rank's error; null when ok.")
 
 
-class Manifest(BaseModel):
-    """``manifest.json``: what ran, where, with which software, and how it ended."""
+class Redaction(BaseModel):
+    """How ``bundle pack --redact`` rewrote a bundle for sharing (see kit.bundle.redact)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    redacted_utc: str = Field(description="When the bundle was redacted, ISO 8601 UTC.")
+    removed: list[str] = Field(
+        description="What was replaced, e.g. 'host names -> node<N>', 'IP addresses -> <ip>'."
+    )
+    replacements: int = Field(ge=0, description="Number of strings replaced over all files.")
+
+
+def _require_schema_version(schema: dict[str, Any]) -> None:
+    """Mark ``schema_version`` required in the published JSON Schema: readers need it first."""
+    schema["required"] = ["schema_version", *schema.get("required", [])]
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: what ran, where, with which software, and how it ended."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra=_require_schema_version
+    )
+
+    schema_version: int = Field(
+        SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION,
+        description="Layout version of the bundle; a reader refuses one newer than its own.",
+    )
     kit_version: str = Field(description="charllm-kit version that wrote the bundle.")
     git_commit: str | None = Field(description="Kit source commit; null outside a checkout.")
     created_utc: str = Field(
@@ -194,9 +216,13 @@ class Manifest(BaseModel):
     platform: dict[str, Any] = Field(description="The PlatformSpec profile, as JSON.")
     inventory: list[NodeInventory] = Field(description="One entry per node, in node order.")
     telemetry_sources: dict[str, FieldSource] = Field(
-        description="Canonical telemetry field -> the counter that fed it and its period."
+        description="Canonical telemetry field -> the counter that fed it and its period.",
+        json_schema_extra={"propertyNames": {"enum": list(TELEMETRY_FIELDS)}},
     )
     ranks: list[RankRecord] = Field(description="One entry per rank, in rank order.")
+    redaction: Redaction | None = Field(
+        None, description="Set when host names, user names and IPs were removed for sharing."
+    )
 
     @field_validator("created_utc")
     @classmethod
@@ -246,7 +272,14 @@ class MetricsFile(BaseModel):
     )
 
     summary: dict[str, float | int | None] = Field(
-        description="Exactly SUMMARY_KEYS (see SUMMARY_FIELDS for units); null = unmeasurable."
+        description="Exactly SUMMARY_KEYS (see SUMMARY_FIELDS for units); null = unmeasurable.",
+        json_schema_extra={
+            "properties": {
+                k: {"type": ["number", "null"], "description": d} for k, d in SUMMARY_FIELDS.items()
+            },
+            "required": list(SUMMARY_KEYS),
+            "additionalProperties": False,
+        },
     )
     per_rank: list[dict[str, Any]] = Field(
         default_factory=list, description="One dict per rank: 'rank', 'stage' and its metrics."

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path, PurePosixPath
 
-from kit.bundle.reader import bundle_dir, check_parquet, read_bundle
+from kit.bundle.reader import bundle_dir, check_parquet, read_bundle, read_schema_version
 from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA
 from kit.bundle.writer import SUMS_NAME, bundle_files, file_sha256
 from kit.errors import BundleError
@@ -48,6 +48,7 @@ def verify_bundle(path: str | Path) -> list[str]:
             that fails its model (or is newer than this kit), a parquet file of another schema.
     """
     root = bundle_dir(path)
+    read_schema_version(root)  # a newer layout is named as such, not as a broken file
     sums = _read_sums(root)
     present = set(bundle_files(root))
     for rel, digest in sorted(sums.items()):

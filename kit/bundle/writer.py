@@ -98,7 +98,8 @@ def _replace(tmp: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def _write_json(dest: Path, model: BaseModel) -> None:
+def write_json(dest: Path, model: BaseModel) -> None:
+    """Write ``model`` as the bundle's JSON files are written: indented, strict, atomic."""
     tmp = dest.with_name(f".{dest.name}.tmp")
     try:
         text = json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False)
@@ -117,6 +118,14 @@ def _write_parquet(dest: Path, table: pa.Table, schema: pa.Schema) -> None:
     tmp = dest.with_name(f".{dest.name}.tmp")
     pq.write_table(table, tmp)
     _replace(tmp, dest)
+
+
+def write_sums(root: Path) -> None:
+    """(Re)write ``root/SHA256SUMS`` over every other file in the bundle directory."""
+    lines = [f"{file_sha256(root / f)}  {f}\n" for f in bundle_files(root)]
+    tmp = root / f".{SUMS_NAME}.tmp"
+    tmp.write_text("".join(lines), encoding="utf-8")
+    _replace(tmp, root / SUMS_NAME)
 
 
 class BundleStaging:
@@ -179,15 +188,12 @@ class BundleStaging:
             ValueError: A table with the wrong schema or nulls in a required column.
             FileExistsError: The final directory appeared meanwhile.
         """
-        _write_json(self._path / "manifest.json", manifest)
-        _write_json(self._path / "metrics.json", metrics)
+        write_json(self._path / "manifest.json", manifest)
+        write_json(self._path / "metrics.json", metrics)
         _write_parquet(self._path / "steps.parquet", steps, STEPS_SCHEMA)
         _write_parquet(self._path / "telemetry.parquet", telemetry, TELEMETRY_SCHEMA)
         shutil.rmtree(self.chunks_dir, ignore_errors=True)
-        lines = [f"{file_sha256(self._path / f)}  {f}\n" for f in bundle_files(self._path)]
-        tmp = self._path / f".{SUMS_NAME}.tmp"
-        tmp.write_text("".join(lines), encoding="utf-8")
-        _replace(tmp, self._path / SUMS_NAME)
+        write_sums(self._path)
         if self._final.exists():  # os.rename would silently replace an empty directory
             raise FileExistsError(f"bundle {self._final} already exists")
         os.rename(self._path, self._final)

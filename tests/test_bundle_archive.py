@@ -1,0 +1,257 @@
+"""`bundle pack|unpack` through the CLI: round trip, hostile archives refused, --redact."""
+
+import gzip
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kit.bundle.archive import INDEX_NAME, ArchiveLimits
+from kit.bundle.pack import pack_bundle
+from kit.bundle.unpack import unpack_bundle
+from kit.errors import BundleError
+
+from .conftest import REPO
+
+H100 = REPO / "benchmarks/telemetry/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2"
+EVIL_ID = "20261122T000000Z-gpt3-tiny-cpu-000000"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def rehash(bundle: Path) -> None:
+    """Rewrite SHA256SUMS after editing a bundle, as a careless or hostile sender would."""
+    files = sorted(p for p in bundle.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(bundle).as_posix()}"
+             for p in files]
+    (bundle / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def one_line_error(r) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def test_pack_unpack_round_trip_is_exact_and_reproducible(cli, cpu_bundle, tmp_path):
+    r = cli("bundle", "pack", str(cpu_bundle), "-o", str(tmp_path / "a.tar.gz"))
+    assert r.returncode == 0, r.stderr
+    archive = Path(r.stdout.strip())
+    assert archive == tmp_path / "a.tar.gz"
+    assert archive.read_bytes() == pack_bundle(cpu_bundle, tmp_path / "b.tar.gz").read_bytes()
+
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert r.returncode == 0, r.stderr
+    unpacked = Path(r.stdout.strip())
+    assert unpacked == tmp_path / "in" / cpu_bundle.name
+    assert tree(unpacked) == tree(cpu_bundle)
+    assert [p.name for p in (tmp_path / "in").iterdir()] == [cpu_bundle.name]  # no staging left
+    with tarfile.open(archive) as tar:
+        index = json.load(tar.extractfile(INDEX_NAME))
+        assert {m.uname for m in tar.getmembers()} == {""}  # no user names travel
+    assert index["manifest_sha256"] == hashlib.sha256(
+        (cpu_bundle / "manifest.json").read_bytes()).hexdigest()
+
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert "already exists" in one_line_error(r)
+
+
+def test_recorded_gpu_bundles_round_trip(tmp_path):
+    for bundle in sorted(H100.parent.iterdir()):
+        archive = pack_bundle(bundle, tmp_path / f"{bundle.name}.tar.gz")
+        assert tree(unpack_bundle(archive, tmp_path / "in")) == tree(bundle)
+
+
+def test_pack_refuses_a_bundle_that_does_not_verify(cli, cpu_bundle, tmp_path):
+    copy = shutil.copytree(cpu_bundle, tmp_path / cpu_bundle.name)
+    (copy / "logs" / "rank1.log").write_text("edited\n")
+    r = cli("bundle", "pack", str(copy), "-o", str(tmp_path / "x.tar.gz"))
+    assert "logs/rank1.log" in one_line_error(r) and not (tmp_path / "x.tar.gz").exists()
+
+
+def test_unpack_refuses_a_bundle_changed_after_packing(cli, tmp_path):
+    """Consistent edits with rewritten sums still break the manifest hash in the index."""
+    archive = tmp_path / "a.tar.gz"
+    assert cli("bundle", "pack", str(H100), "-o", str(archive)).returncode == 0
+    work = tmp_path / "work"
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    manifest = json.loads((work / H100.name / "manifest.json").read_text())
+    manifest["kit_version"] = "9.9.9"
+    (work / H100.name / "manifest.json").write_text(json.dumps(manifest))
+    rehash(work / H100.name)
+    forged = tmp_path / "forged.tar.gz"
+    with tarfile.open(forged, "w:gz") as tar:
+        tar.add(work / INDEX_NAME, INDEX_NAME)
+        tar.add(work / H100.name, H100.name)
+    r = cli("bundle", "unpack", str(forged), "-o", str(tmp_path / "in"))
+    assert "manifest.json does not match the hash" in one_line_error(r)
+    assert not (tmp_path / "in").exists()
+
+
+def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, io.BytesIO]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, io.BytesIO(data)
+
+
+def _special(name: str, kind: bytes, linkname: str = "") -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, linkname
+    if kind == tarfile.CHRTYPE:
+        info.devmajor, info.devminor = 1, 3
+    return info, None
+
+
+def _index(schema_version: int = 1) -> tuple[tarfile.TarInfo, io.BytesIO]:
+    data = json.dumps({"bundle_id": EVIL_ID, "schema_version": schema_version,
+                       "manifest_sha256": "0" * 64, "sums_sha256": "0" * 64,
+                       "redacted": False}).encode()
+    return _file(INDEX_NAME, data)
+
+
+def write_archive(path: Path, members: list[tuple[tarfile.TarInfo, io.BytesIO | None]],
+                  tail: bytes = b"", schema_version: int = 1) -> Path:
+    """A gzip tar of ``members`` after a valid index; ``tail`` is raw bytes appended unclosed."""
+    raw = io.BytesIO()
+    tar = tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT)
+    for info, data in [_index(schema_version), *members]:
+        tar.addfile(info, data)
+    if tail:
+        raw.write(tail)
+    else:
+        tar.close()
+    path.write_bytes(gzip.compress(raw.getvalue()))
+    return path
+
+
+def huge_member_tail() -> bytes:
+    """A header claiming a 1 TiB file, followed by a few bytes: a bomb that is never read."""
+    info = tarfile.TarInfo(f"{EVIL_ID}/telemetry.parquet")
+    info.size = 2**40
+    return info.tobuf(format=tarfile.PAX_FORMAT) + b"\0" * 1024
+
+
+EVIL: dict[str, tuple[Callable[[Path], list], str]] = {
+    "path traversal": (lambda t: [_file("../escaped")], "leaves the target"),
+    "absolute path": (lambda t: [_file(str(t / "escaped"))], "absolute path"),
+    "symlink": (lambda t: [_special(f"{EVIL_ID}/link", tarfile.SYMTYPE, "/etc/passwd")],
+                "symlink"),
+    "hardlink": (lambda t: [_special(f"{EVIL_ID}/link", tarfile.LNKTYPE, "/etc/passwd")],
+                 "hard link"),
+    "device file": (lambda t: [_special(f"{EVIL_ID}/null", tarfile.CHRTYPE)], "device file"),
+}
+MORE_EVIL: dict[str, tuple[Callable[[Path], list], str]] = {
+    "nested traversal": (lambda t: [_file(f"{EVIL_ID}/../../escaped")], "leaves the target"),
+    "outside the bundle": (lambda t: [_file("other/escaped")], f"outside {EVIL_ID}/"),
+    "fifo": (lambda t: [_special(f"{EVIL_ID}/pipe", tarfile.FIFOTYPE)], "fifo"),
+    "duplicate": (lambda t: [_file(f"{EVIL_ID}/a"), _file(f"{EVIL_ID}/a")], "appears twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EVIL))
+def test_unpack_refuses_hostile_members_and_writes_nothing(cli, tmp_path, case):
+    make, needle = EVIL[case]
+    archive = write_archive(tmp_path / "evil.tar.gz", make(tmp_path))
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert needle in one_line_error(r)
+    assert [p.name for p in tmp_path.iterdir()] == ["evil.tar.gz"]
+    assert not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.parametrize("case", sorted(MORE_EVIL))
+def test_unpack_api_refuses_more_hostile_members(tmp_path, case):
+    make, needle = MORE_EVIL[case]
+    archive = write_archive(tmp_path / "evil.tar.gz", make(tmp_path))
+    with pytest.raises(BundleError, match=needle):
+        unpack_bundle(archive, tmp_path / "in")
+    assert [p.name for p in tmp_path.iterdir()] == ["evil.tar.gz"]
+
+
+def test_unpack_refuses_a_huge_member_from_its_header(cli, tmp_path):
+    archive = write_archive(tmp_path / "bomb.tar.gz", [], tail=huge_member_tail())
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert "over the 8589934592-byte limit per file" in one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.tar.gz"]
+
+
+def test_unpack_refuses_a_huge_pax_header_before_tarfile_reads_it(cli, tmp_path):
+    """tarfile reads a pax header whole: one declaring 16 GiB must not be read at all."""
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, 16 * 2**30
+    tail = header.tobuf(format=tarfile.GNU_FORMAT) + b"\0" * 4096
+    archive = write_archive(tmp_path / "pax.tar.gz", [], tail=tail)
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert "a member header is over" in one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pax.tar.gz"]
+
+
+def test_unpack_refuses_too_many_members(cli, tmp_path):
+    limit = ArchiveLimits().max_members
+    dirs = [_special(f"{EVIL_ID}/d{i}", tarfile.DIRTYPE) for i in range(limit + 1)]
+    archive = write_archive(tmp_path / "many.tar.gz", [(_special(EVIL_ID, tarfile.DIRTYPE))]
+                            + dirs)
+    r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert f"more than {limit} members" in one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.tar.gz"]
+
+
+def test_unpack_refuses_what_is_not_a_bundle_archive(cli, tmp_path):
+    (tmp_path / "junk.tar.gz").write_bytes(b"not gzip at all")
+    r = cli("bundle", "unpack", str(tmp_path / "junk.tar.gz"), "-o", str(tmp_path / "in"))
+    assert "not a readable .tar.gz" in one_line_error(r)
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as tar:
+        tar.addfile(*_file("README"))
+    r = cli("bundle", "unpack", str(plain), "-o", str(tmp_path / "in"))
+    assert f"first member is not {INDEX_NAME}" in one_line_error(r)
+    assert not (tmp_path / "in").exists()
+
+
+def test_unpack_limits_total_size(tmp_path):
+    archive = tmp_path / "a.tar.gz"
+    pack_bundle(H100, archive)
+    with pytest.raises(BundleError, match="add up to over the 50000-byte limit"):
+        unpack_bundle(archive, tmp_path / "in", ArchiveLimits(max_total_bytes=50_000))
+    assert not (tmp_path / "in").exists()
+    assert unpack_bundle(archive, tmp_path / "in").name == H100.name
+
+
+PLANTED = ("gpu-node-17", "example.org", "alice", "10.20.30.40", "fd00::1234")
+
+
+def test_redacted_pack_hides_hosts_users_and_ips_and_still_verifies(cli, cpu_bundle, tmp_path):
+    bundle = shutil.copytree(cpu_bundle, tmp_path / "src" / cpu_bundle.name)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["inventory"][0]["host"] = "gpu-node-17"
+    manifest["command"] += ["--out", "/home/alice/runs"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    with (bundle / "logs" / "rank0.log").open("a") as log:
+        log.write("rendezvous gpu-node-17.cluster.example.org 10.20.30.40:29500 via fd00::1234\n"
+                  "USER=alice MASTER_ADDR=127.0.0.1\n")
+    rehash(bundle)
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+
+    r = cli("bundle", "pack", str(bundle), "--redact", "-o", str(tmp_path / "r.tar.gz"))
+    assert r.returncode == 0, r.stderr
+    r = cli("bundle", "unpack", str(tmp_path / "r.tar.gz"), "-o", str(tmp_path / "in"))
+    assert r.returncode == 0, r.stderr
+    redacted = Path(r.stdout.strip())
+    assert cli("bundle", "verify", str(redacted)).returncode == 0
+    for rel, data in tree(redacted).items():
+        for secret in PLANTED:
+            assert secret.encode() not in data, (secret, rel)
+    m = json.loads((redacted / "manifest.json").read_text())
+    assert m["inventory"][0]["host"] == "node0" and "/home/<user>/runs" in m["command"]
+    assert m["redaction"]["replacements"] >= 5
+    log = (redacted / "logs" / "rank0.log").read_text()
+    assert "rendezvous node0 <ip>:29500 via <ip>" in log and "MASTER_ADDR=127.0.0.1" in log
+    assert tree(redacted)["steps.parquet"] == tree(bundle)["steps.parquet"]
+    assert "gpu-node-17" in (bundle / "manifest.json").read_text()  # the original is untouched
