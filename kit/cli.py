@@ -155,6 +155,22 @@ def bundle_verify(paths: tuple[Path, ...]) -> None:
         click.echo(f"ok  {p}  ({len(files)} files)")
 
 
+@cli.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--baseline", help="Bundle (path or id) the ratios are against.")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]),
+              default="table", show_default=True)
+def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
+    """Compare BUNDLES: canonical metrics per configuration, ratios, comparability checks."""
+    from kit.analysis.compare import compare_bundles
+    from kit.analysis.compare_format import render_comparison
+
+    out, err = render_comparison(compare_bundles(list(bundles), baseline), fmt)
+    click.echo(out, nl=False)
+    if err:
+        click.echo(err, nl=False, err=True)
+
+
 def main() -> None:
     """Console entry point: run the CLI and map errors to exit codes with one-line messages."""
     try:
