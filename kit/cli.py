@@ -171,6 +171,20 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
         click.echo(err, nl=False, err=True)
 
 
+@cli.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path),
+              required=True, help="Report file to write.")
+@click.option("--markdown", is_flag=True,
+              help="Write Markdown, with the figures as PNGs in <name>_figures/ beside it.")
+def report(bundles: tuple[Path, ...], out: Path, markdown: bool) -> None:
+    """Write a report on BUNDLES: comparison, checks and figures (self-contained HTML)."""
+    from kit.analysis.report import write_report
+
+    written = write_report(list(bundles), out, markdown=markdown)
+    click.echo(str(written[0].resolve()))
+
+
 def main() -> None:
     """Console entry point: run the CLI and map errors to exit codes with one-line messages."""
     try:

@@ -149,6 +149,8 @@ class Comparison:
     baseline: int | None
     """Index into ``groups`` of the baseline's group."""
     checks: list[Check]
+    bundles: list[Bundle]
+    """Every compared bundle once, in the order given (an added baseline first)."""
 
     def ratio(self, group: Group, key: str) -> float | None:
         """Median of ``key`` in ``group`` over the baseline group's; None if either is unknown."""
@@ -222,4 +224,4 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None)
     _label(groups)
     index = (next(i for i, g in enumerate(groups) if any(b is base for b in g.bundles))
              if base is not None else None)
-    return Comparison(groups, index, comparability_checks(bundles))
+    return Comparison(groups, index, comparability_checks(bundles), bundles)

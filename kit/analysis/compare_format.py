@@ -47,10 +47,10 @@ def _ratio_cell(ratio: float | None) -> str:
 
 
 def _row_label(label: str, unit: str) -> str:
-    return label if unit in ("fraction", "ratio") or unit in label else f"{label} ({unit})"
+    return label if unit in ("fraction", "ratio") or label.startswith(unit) else f"{label} ({unit})"
 
 
-def _grid(c: Comparison, newline: str, tablefmt: str) -> str:
+def metric_grid(c: Comparison, newline: str, tablefmt: str) -> str:
     """The metric table: a column per group, and one against the baseline after each other."""
     headers = ["metric"]
     for i, g in enumerate(c.groups):
@@ -75,7 +75,8 @@ def _bundle_list(g: Group) -> str:
     return ", ".join(ids[:_LISTED]) + more
 
 
-def _check_lines(checks: list[Check]) -> list[str]:
+def check_lines(checks: list[Check]) -> list[str]:
+    """One line per check, ``[kind] message``, or one line saying there is nothing to flag."""
     if not checks:
         return ["none: same workload, platform, precision, batch, sequence length, telemetry "
                 "sources and schema; every run ended ok"]
@@ -92,8 +93,8 @@ def _text(c: Comparison, markdown: bool) -> str:
         title += f"; baseline: {c.groups[c.baseline].label}"
     bullet = "- " if markdown else "  "
     groups = [f"{bullet}{g.label}: {_bundle_list(g)}" for g in c.groups]
-    checks = [f"{bullet}{line}" for line in _check_lines(c.checks)]
-    grid = _grid(c, "<br>", "github") if markdown else _grid(c, "\n", "simple")
+    checks = [f"{bullet}{line}" for line in check_lines(c.checks)]
+    grid = metric_grid(c, "<br>", "github") if markdown else metric_grid(c, "\n", "simple")
     heading = "**{}**" if markdown else "{}:"
     return "\n\n".join([title, grid, heading.format("groups") + "\n" + "\n".join(groups),
                         heading.format("comparability") + "\n" + "\n".join(checks)]) + "\n"
@@ -149,5 +150,5 @@ def render_comparison(c: Comparison, fmt: Format) -> tuple[str, str]:
     if fmt == "json":
         return json.dumps(comparison_dict(c), indent=2) + "\n", ""
     if fmt == "csv":
-        return _csv(c), "".join(f"comparability: {line}\n" for line in _check_lines(c.checks))
+        return _csv(c), "".join(f"comparability: {line}\n" for line in check_lines(c.checks))
     return _text(c, markdown=fmt == "markdown"), ""
