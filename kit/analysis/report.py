@@ -59,6 +59,14 @@ def _no_power_reason(bundle: Bundle) -> str:
     return "no power telemetry in this bundle (" + "; ".join(reasons) + ")"
 
 
+def _no_heatmap_reason(bundle: Bundle) -> str:
+    """Why a bundle has no chassis heatmap."""
+    platform = bundle.manifest["platform"]
+    if not platform.get("chassis"):
+        return f"platform {platform['name']} declares no chassis layout"
+    return "no per-device GPU telemetry over the measured steps"
+
+
 def _facts(bundle: Bundle) -> list[tuple[str, str]]:
     m = bundle.manifest
     facts = [("status", m["status"] + (f": {m['error']}" if m["error"] else "")),
@@ -84,8 +92,7 @@ def _section(n: int, bundle: Bundle) -> Section:
               _no_power_reason(bundle)),
         _item(f"chassis-heatmap-{n}", f"Mean temperature and power per device over the "
                                       f"measured steps, by node and chassis position: {title}.",
-              plots.chassis_heatmaps(bundle),
-              "no per-device GPU telemetry or no chassis layout in the platform profile"),
+              plots.chassis_heatmaps(bundle), _no_heatmap_reason(bundle)),
         _item(f"clock-throttle-{n}", f"SM clock and active throttle reasons over time: {title}.",
               plots.clock_and_throttle(bundle), "no SM clock or throttle telemetry"),
         _item(f"kernel-breakdown-{n}", f"Kernel time by category: {title}.",
