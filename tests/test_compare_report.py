@@ -26,16 +26,26 @@ ODD_ROPE = (  # megatron-core rejects it at build time (RoPE needs an even head 
 )
 
 
+CHASSIS = (  # a 2 x 2 chassis for the replay platform, so its heatmap has a layout
+    "chassis:\n" + "".join(f"  - {{device: {d}, slot: S{d}, row: {d // 2}, col: {d % 2}}}\n"
+                           for d in range(4))
+)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """Two repeats of gpt3-tiny TP1, one TP2 and one failed run (one after another: side by
-    side they fight over the two cores and take longer)."""
+    """Two repeats of gpt3-tiny TP1 (cpu, no power), one TP2 with the recorded H100 trace
+    replayed as its GPU telemetry, and one failed run. One after another: side by side they
+    fight over the two cores and take longer."""
     out = tmp_path_factory.mktemp("runs")
     (out / "odd-rope.yaml").write_text(ODD_ROPE)
+    replay = out / "cpu-replay-chassis.yaml"
+    replay.write_text((REPO / "tests/data/platforms/cpu-replay-h100.yaml").read_text() + CHASSIS)
     short = ["--steps", "3", "--warmup", "1"]
     argv = {"tp1a": ["gpt3-tiny", *short, "--out", str(out / "a")],
             "tp1b": ["gpt3-tiny", *short, "--out", str(out / "b")],
-            "tp2": ["gpt3-tiny", "--tp", "2", *short, "--out", str(out / "c")],
+            "tp2": ["gpt3-tiny", "--tp", "2", "--platform", str(replay), *short,
+                    "--out", str(out / "c")],
             "failed": [str(out / "odd-rope.yaml"), "--steps", "2", "--warmup", "0",
                        "--out", str(out / "d")]}
     bundles = {}
@@ -66,15 +76,19 @@ def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
     out = r.stdout
     assert "6 bundles in 5 groups" in out and "FAILED (1 run)" in out
     checks = out.split("comparability:")[1]
-    assert re.search(r"\[platform\] different platforms.*h100.*h200.*cpu", checks)
+    assert re.search(r"\[platform\] different platforms.*h100.*h200.*cpu.*cpu-replay-chassis",
+                     checks)
+    assert re.search(r"\[telemetry\] different power sources: nvml power_w .*; replay power_w",
+                     checks)
     assert re.search(r"\[workload\] different workload architectures.*gpt3-1\.3b: .*"
                      r"hidden_size=2048.*gpt3-tiny: .*odd-rope: ", checks)
     assert "[precision] different precision: bf16" in checks
     assert "[sequence] different sequence length: 2048" in checks
     assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
-    # the CPU runs measured no power: n/a, never 0
-    power = next(line for line in out.splitlines() if line.startswith("mean power"))
-    assert power.split()[3:5] == ["678.9", "681.5"] and power.split()[5:] == ["n/a"] * 3
+    # plain CPU runs measured no power: n/a, never 0; the replayed trace gives a value
+    power = next(line for line in out.splitlines() if line.startswith("mean power")).split()
+    assert power[3:5] == ["678.9", "681.5"] and power[5] == power[7] == "n/a"
+    assert float(power[6]) == pytest.approx(summary(runs["tp2"])["power_w_mean"], rel=1e-3)
 
 
 def test_same_workload_on_two_gpus_only_differs_in_platform(cli):
@@ -84,8 +98,8 @@ def test_same_workload_on_two_gpus_only_differs_in_platform(cli):
 
 
 def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
-    result = compare_json(cli, str(H200), str(H100), str(runs["tp2"]), str(runs["failed"]),
-                          "--baseline", H100.name)
+    result = compare_json(cli, str(H200), str(H100), str(runs["tp1a"]), str(runs["tp2"]),
+                          str(runs["failed"]), "--baseline", H100.name)
     h100, h200 = summary(H100), summary(H200)
     base = group_of(result, H100)
     assert result["baseline"] == base["label"] and base["metrics"]["mfu"]["ratio_to_baseline"] == 1
@@ -95,10 +109,19 @@ def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
         assert other[key]["median"] == h200[key]
         assert other[key]["ratio_to_baseline"] == pytest.approx(ratio, rel=1e-12)
         assert other[key]["pct_diff_to_baseline"] == pytest.approx((ratio - 1) * 100, rel=1e-9)
-    cpu = group_of(result, runs["tp2"])["metrics"]
+    cpu = group_of(result, runs["tp1a"])["metrics"]
     assert cpu["power_w_mean"] == {"median": None, "min": None, "max": None, "n": 0,
                                    "ratio_to_baseline": None, "pct_diff_to_baseline": None}
     assert cpu["mfu"]["median"] is None  # the cpu profile declares no peak
+    replayed = group_of(result, runs["tp2"])["metrics"]
+    power = json.loads((runs["tp2"] / "metrics.json").read_text())["power"]
+    assert replayed["power.peak_to_mean"]["median"] == power["peak_to_mean"]
+    assert replayed["throttle_frac_by_reason.power_cap"]["median"] == (
+        power["throttle_frac_by_reason"]["power_cap"])
+    # the recorded bundles predate metrics.json's power section: no ratio against nothing
+    assert replayed["power.peak_to_mean"]["ratio_to_baseline"] is None
+    assert replayed["power_w_mean"]["ratio_to_baseline"] == pytest.approx(
+        summary(runs["tp2"])["power_w_mean"] / summary(H100)["power_w_mean"])
     failed = group_of(result, runs["failed"])
     assert failed["status"] == "failed" and failed["metrics"]["tokens_per_s"]["n"] == 0
     assert any(c["kind"] == "status" for c in result["checks"])
@@ -115,7 +138,8 @@ def test_repeats_aggregate_to_median_min_max(cli, runs):
         (statistics.median(values), min(values), max(values), 2))
     assert got["ratio_to_baseline"] == pytest.approx(
         statistics.median(values) / summary(runs["tp2"])["tokens_per_s"])
-    assert result["checks"] == []  # same workload, batch, precision, platform; all ok
+    # same workload, batch, precision; all ok; only the replay platform differs
+    assert [c["kind"] for c in result["checks"]] == ["platform"]
 
 
 def test_every_format_parses(cli, runs):
@@ -158,7 +182,7 @@ def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
 
 @pytest.fixture(scope="module")
 def profiled(runs, tmp_path_factory) -> Path:
-    """A copy of the TP2 bundle with a real torch.profiler Chrome trace in profile/."""
+    """A copy of the TP2 (replay) bundle with a real torch.profiler Chrome trace in profile/."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -194,12 +218,13 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
     assert with_image == {"config-bars", "kernel-breakdown-5"} | {
-        f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2)}
+        f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
     assert "no power telemetry in this bundle (power_w: " in figures["power-timeline-3"]
     assert "no profile in this bundle" in figures["kernel-breakdown-1"]
     assert "Kernel time by category" in figures["kernel-breakdown-5"]
     assert "SM clock and active throttle reasons" in figures["clock-throttle-1"]
     assert "by node and chassis position" in figures["chassis-heatmap-2"]
+    assert "platform cpu declares no chassis layout" in figures["chassis-heatmap-3"]
     assert "ended failed" in text and "<table>" in text
 
 

@@ -154,6 +154,9 @@ def power_timeline(bundle: Bundle) -> Figure | None:
     _device_lines(ax, series, label)
     _step_legend(ax)
     _time_limits(ax, windows, t0)
+    shown = _visible(series, windows, t0)
+    if len(shown):
+        ax.set_ylim(0, float(shown.max()) * 1.1)
     ax.set_xlabel("time from first step (s)")
     ax.set_title(f"Power per device: {bundle_title(bundle)}", fontsize=10)
     return fig
@@ -172,6 +175,11 @@ def per_device_means(bundle: Bundle) -> list[dict[str, Any]]:
     return per_device
 
 
+def _luminance(rgba: tuple[float, ...]) -> float:
+    """Relative luminance of a colour (ITU-R BT.709 weights), to pick black or white text."""
+    return 0.2126 * rgba[0] + 0.7152 * rgba[1] + 0.0722 * rgba[2]
+
+
 def _chassis_grid(ax: Any, chassis: list[dict[str, Any]], values: dict[int, float],
                   unit: str, norm: Any, cmap: Any) -> Any:
     """Draw one node's devices at their chassis (row, col); devices not in the run are grey."""
@@ -187,7 +195,7 @@ def _chassis_grid(ax: Any, chassis: list[dict[str, Any]], values: dict[int, floa
         v = values.get(p["device"])
         text = f"{p['slot']}\ndev {p['device']}\n" + (f"{v:.0f} {unit}" if v is not None
                                                        else "not in run")
-        dark = v is not None and norm(v) > 0.6
+        dark = v is not None and _luminance(cmap(norm(v))) < 0.5
         ax.text(p["col"], p["row"], text, ha="center", va="center", fontsize=7.5,
                 color="white" if dark else "black")
     ax.set_xticks(range(cols))
@@ -213,7 +221,7 @@ def chassis_heatmaps(bundle: Bundle) -> Figure | None:
     nodes = len(bundle.manifest["inventory"])
     quantities = [("temp_gpu_c_mean", "mean GPU temperature", "C", "inferno"),
                   ("power_w_mean", "mean power", "W", "viridis")]
-    fig = Figure(figsize=(min(4.6 * nodes, 17) + 1.2, 5.8), layout="constrained")
+    fig = Figure(figsize=(max(min(4.6 * nodes, 17) + 1.2, 8.0), 5.8), layout="constrained")
     axes = fig.subplots(len(quantities), nodes, squeeze=False)
     for row, (key, name, unit, cmap) in enumerate(quantities):
         known = [d[key] for d in per_device if d[key] is not None]
@@ -237,6 +245,12 @@ def chassis_heatmaps(bundle: Bundle) -> Figure | None:
     return fig
 
 
+def _visible(series: list[DeviceSeries], windows: StepWindows, t0: float) -> np.ndarray:
+    """All samples of ``series`` inside the plotted time range."""
+    lo, hi = -_PAD_S, float(windows.end.max() - t0) + _PAD_S
+    return np.concatenate([s.value[(s.t >= lo) & (s.t <= hi)] for s in series])
+
+
 def _clock_range(ax: Any, clocks: list[DeviceSeries], windows: StepWindows, t0: float,
                  facts: list[dict[str, Any]]) -> None:
     """Mark each distinct maximum SM clock and fit the y range to the samples shown."""
@@ -244,12 +258,35 @@ def _clock_range(ax: Any, clocks: list[DeviceSeries], windows: StepWindows, t0: 
         ax.axhline(clock_max, color="black", ls="--", lw=0.8)
         ax.annotate(f"max {clock_max:.0f} MHz", (1, clock_max), xycoords=("axes fraction", "data"),
                     ha="right", va="bottom", fontsize=7)
-    lo, hi = -_PAD_S, float(windows.end.max() - t0) + _PAD_S
-    shown = np.concatenate([s.value[(s.t >= lo) & (s.t <= hi)] for s in clocks])
+    shown = _visible(clocks, windows, t0)
     if len(shown):
         top = max(float(shown.max()), max((f.get("clock_sm_max_mhz") or 0 for f in facts),
                                           default=0))
         ax.set_ylim(float(shown.min()) * 0.9, top * 1.04)
+
+
+_BINS = 600
+"""Time bins of the throttle strip."""
+
+
+def throttle_share(throttle: list[DeviceSeries], lo: float, hi: float) -> np.ndarray | None:
+    """Share of throttle samples with each reason's bit set, per reason and time bin.
+
+    Samples are pooled over devices (as ``throttle_frac`` is); a bin without samples is NaN.
+    None when there are no throttle readings at all.
+    """
+    if not throttle:
+        return None
+    edges = np.linspace(lo, hi, _BINS + 1)
+    total = np.zeros(_BINS)
+    on = np.zeros((len(THROTTLE_BITS), _BINS))
+    for s in throttle:
+        total += np.histogram(s.t, edges)[0]
+        bits = s.value.astype(np.int64)
+        for row, bit in enumerate(THROTTLE_BITS.values()):
+            on[row] += np.histogram(s.t[(bits & bit) != 0], edges)[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, on / total, np.nan)
 
 
 def clock_and_throttle(bundle: Bundle) -> Figure | None:
@@ -274,20 +311,21 @@ def clock_and_throttle(bundle: Bundle) -> Figure | None:
     top.set_title(f"SM clock and throttle reasons: {bundle_title(bundle)}", fontsize=10)
     _mark_steps(bottom, windows, t0)
     names = list(THROTTLE_BITS)
-    colors = _colors(len(throttle))
-    for s, color in zip(throttle, colors, strict=True):
-        bits = s.value.astype(np.int64)
-        for y, name in enumerate(names):
-            on = (bits & THROTTLE_BITS[name]) != 0
-            bottom.scatter(s.t[on], np.full(int(on.sum()), y + (s.device % 4) * 0.12),
-                           marker="|", s=40, color=color, lw=0.8)
+    lo, hi = -_PAD_S, float(windows.end.max() - t0) + _PAD_S
+    share = throttle_share(throttle, lo, hi)
+    if share is not None and np.nanmax(share, initial=0.0) > 0:
+        image = bottom.imshow(np.ma.masked_where(~(share > 0), share), aspect="auto",
+                              origin="lower", cmap="Reds", vmin=0, vmax=1,
+                              extent=(lo, hi, -0.5, len(names) - 0.5), interpolation="nearest")
+        fig.colorbar(image, ax=bottom, label="share of samples", pad=0.01, aspect=12)
     bottom.set_yticks(range(len(names)), names, fontsize=8)
-    bottom.set_ylim(-0.6, len(names) - 0.2)
+    bottom.set_ylim(-0.5, len(names) - 0.5)
     bottom.set_ylabel("active reason")
     bottom.set_xlabel("time from first step (s)")
-    if not throttle:
-        bottom.text(0.5, 0.5, "throttle reasons not measured", ha="center",
-                    transform=bottom.transAxes)
+    if share is None or not np.nanmax(share, initial=0.0) > 0:
+        bottom.text(0.5, 0.5, "throttle reasons not measured" if share is None
+                    else "no throttle reason active", ha="center", va="center",
+                    transform=bottom.transAxes, fontsize=9, color="0.3")
     bottom.grid(axis="y", alpha=0.3, lw=0.5)
     _time_limits(bottom, windows, t0)
     return fig
