@@ -353,7 +353,8 @@ def configuration_bars(comparison: Comparison) -> Figure:
     for ax, (key, label) in zip(axes, BAR_METRICS, strict=True):
         unit = "fraction" if key == "mfu" else ""
         aggs = [g.values[key] for g in groups]
-        xmax = max((a.max for a in aggs if a.max is not None), default=1.0) * 1.3 or 1.0
+        known = [a.max for a in aggs if a.max is not None]
+        xmax = max(known) * 1.3 if known and max(known) > 0 else 1.0
         for i, (g, a) in enumerate(zip(groups, aggs, strict=True)):
             if g.status != "ok":
                 ax.axhspan(i - 0.35, i + 0.35, color="#f4b6b6", alpha=0.6, lw=0)
