@@ -109,7 +109,8 @@ def _time_limits(ax: Any, windows: StepWindows, t0: float) -> None:
     ax.set_xlim(-_PAD_S, float(windows.end.max() - t0) + _PAD_S)
 
 
-def _device_lines(ax: Any, series: list[DeviceSeries], ylabel: str) -> None:
+def _device_lines(ax: Any, series: list[DeviceSeries], ylabel: str,
+                  legend_loc: str = "upper right") -> None:
     colors = _colors(len(series))
     for s, color in zip(series, colors, strict=True):
         where = f"dev {s.device}" if s.device >= 0 else "host"
@@ -117,7 +118,7 @@ def _device_lines(ax: Any, series: list[DeviceSeries], ylabel: str) -> None:
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, lw=0.5)
     if len(series) <= _LEGEND_MAX:
-        ax.legend(loc="upper right", fontsize=7, framealpha=0.9)
+        ax.legend(loc=legend_loc, fontsize=7, framealpha=0.9)
 
 
 def _colors(n: int) -> list[Any]:
@@ -128,11 +129,13 @@ def _colors(n: int) -> list[Any]:
 
 
 def _step_legend(ax: Any) -> None:
+    """A second legend for the step shading, leaving the devices' legend in place."""
+    from matplotlib.legend import Legend
     from matplotlib.patches import Patch
 
-    handles = [Patch(color="#f6c88f", alpha=0.6, label="warmup step"),
-               Patch(color="0.80", alpha=0.6, label="measured step")]
-    ax.add_artist(ax.legend(handles=handles, loc="upper left", fontsize=7, framealpha=0.9))
+    handles = [Patch(color="#f6c88f", alpha=0.6), Patch(color="0.80", alpha=0.6)]
+    ax.add_artist(Legend(ax, handles, ["warmup step", "measured step"], loc="upper left",
+                         fontsize=7, framealpha=0.9))
 
 
 def power_timeline(bundle: Bundle) -> Figure | None:
@@ -303,7 +306,7 @@ def clock_and_throttle(bundle: Bundle) -> Figure | None:
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     _mark_steps(top, windows, t0)
     if clocks:
-        _device_lines(top, clocks, "SM clock (MHz)")
+        _device_lines(top, clocks, "SM clock (MHz)", legend_loc="lower right")
         _clock_range(top, clocks, windows, t0, _device_facts(bundle))
     else:
         top.text(0.5, 0.5, "SM clock not measured", ha="center", transform=top.transAxes)
