@@ -251,3 +251,23 @@ def test_bad_input_exits_2_with_one_line(cli, args, needle):
     r = cli(*args)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and needle in r.stderr
+
+
+def test_kernel_breakdown_counts_operator_self_time_once(profiled):
+    from kit.analysis.kernels import kernel_times
+    from kit.bundle.reader import read_bundle
+
+    times = kernel_times(read_bundle(profiled))["rank0.json"]
+    assert times["MatMul"] > 0 and times["norm"] > 0
+    events = json.loads((profiled / "profile" / "rank0.json").read_text())["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+
+    def inside(i, j):  # op i nested in op j on the same thread (identical spans: j first)
+        a, b = ops[i], ops[j]
+        same = (a["ts"], a["dur"]) == (b["ts"], b["dur"])
+        return (i != j and (a["pid"], a["tid"]) == (b["pid"], b["tid"]) and (j < i or not same)
+                and b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"])
+
+    top = [ops[i] for i in range(len(ops)) if not any(inside(i, j) for j in range(len(ops)))]
+    # self times partition the top-level operators' time: nothing counted twice or dropped
+    assert sum(times.values()) == pytest.approx(sum(e["dur"] for e in top) / 1e6, rel=1e-9)
