@@ -26,21 +26,24 @@ ODD_ROPE = (  # megatron-core rejects it at build time (RoPE needs an even head 
 )
 
 
-CHASSIS = (  # a 2 x 2 chassis for the replay platform, so its heatmap has a layout
+REPLAY_EXTRA = (  # a 2 x 2 chassis for the heatmap, and a rule that scales gpt3-tiny down
     "chassis:\n" + "".join(f"  - {{device: {d}, slot: S{d}, row: {d // 2}, col: {d % 2}}}\n"
                            for d in range(4))
+    + "scaling:\n  gpt3-tiny:\n    reason: keep the test short\n    set: {num_layers: 1}\n"
 )
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """Two repeats of gpt3-tiny TP1 (cpu, no power), one TP2 with the recorded H100 trace
-    replayed as its GPU telemetry, and one failed run. One after another: side by side they
+    """Two repeats of gpt3-tiny TP1 (cpu, no power), one TP2 of gpt3-tiny scaled to one layer
+    by a platform rule with the recorded H100 trace replayed as its GPU telemetry, and one
+    failed run. One after another: side by side they
     fight over the two cores and take longer."""
     out = tmp_path_factory.mktemp("runs")
     (out / "odd-rope.yaml").write_text(ODD_ROPE)
     replay = out / "cpu-replay-chassis.yaml"
-    replay.write_text((REPO / "tests/data/platforms/cpu-replay-h100.yaml").read_text() + CHASSIS)
+    replay.write_text((REPO / "tests/data/platforms/cpu-replay-h100.yaml").read_text()
+                      + REPLAY_EXTRA)
     short = ["--steps", "3", "--warmup", "1"]
     argv = {"tp1a": ["gpt3-tiny", *short, "--out", str(out / "a")],
             "tp1b": ["gpt3-tiny", *short, "--out", str(out / "b")],
@@ -82,6 +85,9 @@ def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
                      checks)
     assert re.search(r"\[workload\] different workload architectures.*gpt3-1\.3b: .*"
                      r"hidden_size=2048.*gpt3-tiny: .*odd-rope: ", checks)
+    assert (f"[scaled] gpt3-tiny@cpu-replay-chassis is a scaled variant of gpt3-tiny by the "
+            f"cpu-replay-chassis platform rule (num_layers 4->1: keep the test short); "
+            f"bundles: {runs['tp2'].name}") in checks
     assert "[precision] different precision: bf16" in checks
     assert "[sequence] different sequence length: 2048" in checks
     assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
@@ -138,8 +144,9 @@ def test_repeats_aggregate_to_median_min_max(cli, runs):
         (statistics.median(values), min(values), max(values), 2))
     assert got["ratio_to_baseline"] == pytest.approx(
         statistics.median(values) / summary(runs["tp2"])["tokens_per_s"])
-    # same workload, batch, precision; all ok; only the replay platform differs
-    assert [c["kind"] for c in result["checks"]] == ["platform"]
+    # same batch, precision; all ok; the replay platform and its scaled variant differ
+    assert [c["kind"] for c in result["checks"]] == ["workload", "scaled", "platform"]
+    assert "num_layers=4" in result["checks"][0]["message"]
 
 
 def test_every_format_parses(cli, runs):
