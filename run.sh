@@ -49,7 +49,7 @@ case "${1:-}" in
     shift
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
-  run|bundle|workloads|platforms|--help|-h|--version)
+  run|bundle|compare|report|workloads|platforms|--help|-h|--version)
     exec "${KIT[@]}" "$@"
     ;;
   ""|-*)

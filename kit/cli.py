@@ -212,6 +212,35 @@ def bundle_system_desc(path: Path, output: Path | None, org: str) -> None:
     desc = system_description(read_bundle(path).manifest, org)
     _emit(json.dumps(desc, indent=2) + "\n", output)
 
+@cli.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--baseline", help="Bundle (path or id) the ratios are against.")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]),
+              default="table", show_default=True)
+def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
+    """Compare BUNDLES: canonical metrics per configuration, ratios, comparability checks."""
+    from kit.analysis.compare import compare_bundles
+    from kit.analysis.compare_format import render_comparison
+
+    out, err = render_comparison(compare_bundles(list(bundles), baseline), fmt)
+    click.echo(out, nl=False)
+    if err:
+        click.echo(err, nl=False, err=True)
+
+
+@cli.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path),
+              required=True, help="Report file to write.")
+@click.option("--markdown", is_flag=True,
+              help="Write Markdown, with the figures as PNGs in <name>_figures/ beside it.")
+def report(bundles: tuple[Path, ...], out: Path, markdown: bool) -> None:
+    """Write a report on BUNDLES: comparison, checks and figures (self-contained HTML)."""
+    from kit.analysis.report import write_report
+
+    written = write_report(list(bundles), out, markdown=markdown)
+    click.echo(str(written[0].resolve()))
+
 
 def main() -> None:
     """Console entry point: run the CLI and map errors to exit codes with one-line messages."""

@@ -1,0 +1,176 @@
+"""Say what makes bundles hard to compare, so a table is never read as like for like by mistake.
+
+Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.json`` only):
+
+* ``workload``: different architectures (the fields that differ are named), or different
+  workload names of one architecture.
+* ``scaled``: a workload scaled down by a platform rule: the original, the rule's changes and
+  its reason, as the manifest records them.
+* ``platform``: different platforms (MFU is then against each platform's own peak).
+* ``precision``, ``batch``, ``sequence``: different dtype, micro or global batch, or sequence
+  length.
+* ``telemetry``: energy from a hardware counter in some runs and from integrated power in
+  others, or power from different backends.
+* ``schema``: different bundle schema versions.
+* ``status``: a run that failed, ran out of memory or was interrupted; ``partial``: a run that
+  ended ok but measured fewer steps than it was asked to.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kit.bundle.reader import Bundle
+
+_NOT_ARCHITECTURE = frozenset(
+    {"name", "family", "description", "scaling", "micro_batch_size", "global_batch_size"}
+)
+_NAMED = 3
+"""Bundles named in a message before the rest are counted."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparability finding: its kind (see the module docstring) and a one-line message."""
+
+    kind: str
+    message: str
+
+
+def _names(bundles: list[Bundle]) -> str:
+    """Bundle ids, the first few by name and the rest counted."""
+    ids = [b.path.name for b in bundles]
+    more = f" and {len(ids) - _NAMED} more" if len(ids) > _NAMED else ""
+    return ", ".join(ids[:_NAMED]) + more
+
+
+def _by_value(bundles: list[Bundle], value: Callable[[Bundle], Any]) -> dict[str, list[Bundle]]:
+    """Bundles by the string form of ``value(bundle)``, in first-seen order; None left out."""
+    out: dict[str, list[Bundle]] = {}
+    for b in bundles:
+        v = value(b)
+        if v is not None:
+            out.setdefault(str(v), []).append(b)
+    return out
+
+
+def _differs(kind: str, what: str, bundles: list[Bundle],
+             value: Callable[[Bundle], Any]) -> list[Check]:
+    """A check when ``value`` takes more than one value over ``bundles``."""
+    groups = _by_value(bundles, value)
+    if len(groups) < 2:
+        return []
+    parts = [f"{v} ({len(bs)}: {_names(bs)})" for v, bs in groups.items()]
+    return [Check(kind, f"different {what}: " + "; ".join(parts))]
+
+
+def _architecture(bundle: Bundle) -> dict[str, Any]:
+    return {k: v for k, v in bundle.manifest["workload"].items() if k not in _NOT_ARCHITECTURE}
+
+
+def _workload_checks(bundles: list[Bundle]) -> list[Check]:
+    """Different architectures (naming the fields) or names; every scaled variant's rule."""
+    checks = []
+    arch = {b.manifest["workload"]["name"]: _architecture(b) for b in bundles}
+    fields = sorted({k for a in arch.values() for k in a
+                     if len({repr(x.get(k)) for x in arch.values()}) > 1})
+    if fields:
+        shown = fields[:6]
+        per = "; ".join(f"{name}: " + " ".join(f"{k}={a.get(k)}" for k in shown)
+                        for name, a in arch.items())
+        more = f" (and {len(fields) - len(shown)} more fields)" if len(fields) > len(shown) else ""
+        checks.append(Check("workload", f"different workload architectures{more}: {per}"))
+    elif len(arch) > 1:
+        checks.append(Check("workload", "different workload names of one architecture: "
+                                        + ", ".join(arch)))
+    seen = set()
+    for b in bundles:
+        scaling, name = b.manifest["workload"].get("scaling"), b.manifest["workload"]["name"]
+        if not scaling or name in seen:
+            continue
+        seen.add(name)
+        original, rule = scaling.get("original", {}), scaling.get("rule", {})
+        changes = ", ".join(f"{k} {original.get(k, '?')}->{v}"
+                            for k, v in rule.get("set", {}).items())
+        checks.append(Check(
+            "scaled",
+            f"{name} is a scaled variant of {original.get('name', '?')} by the "
+            f"{scaling.get('platform', '?')} platform rule ({changes}: {rule.get('reason', '')}); "
+            f"bundles: {_names([x for x in bundles if x.manifest['workload']['name'] == name])}",
+        ))
+    return checks
+
+
+def energy_source(bundle: Bundle) -> str | None:
+    """``counter``, ``integrated power`` or ``mixed``: where the run's energy came from."""
+    metrics = bundle.metrics
+    if metrics["summary"].get("energy_j_per_token") is None:
+        return None
+    source = (metrics.get("power") or {}).get("energy_source")
+    if source is None:  # bundles written before metrics.json had a 'power' section
+        source = next((n.split(":", 1)[1].strip() for n in metrics.get("notes", [])
+                       if n.startswith("energy:")), None)
+    if source is None:
+        return "unrecorded"
+    return "counter" if "counter" in source else source
+
+
+def power_source(bundle: Bundle) -> str | None:
+    """The backend that fed the run's power: GPU ``power_w``, else host ``cpu_power_w``."""
+    if bundle.metrics["summary"].get("power_w_mean") is None:
+        return None
+    sources = bundle.manifest["telemetry_sources"]
+    for name in ("power_w", "cpu_power_w"):
+        src = (sources.get(name) or {}).get("source")
+        if src:
+            return f"{src} {name}"
+    return "unrecorded"
+
+
+def _status_checks(bundles: list[Bundle]) -> list[Check]:
+    """Runs that did not end ok, and ok runs with fewer measured steps than asked for."""
+    checks = []
+    for b in bundles:
+        m = b.manifest
+        if m["status"] != "ok":
+            error = (m["error"] or "no error recorded").splitlines()[0][:160]
+            checks.append(Check("status", f"{b.path.name} ({m['workload']['name']}) ended "
+                                          f"{m['status']}: {error}; its figures cover a partial "
+                                          "run and are kept apart from successful repeats"))
+            continue
+        asked = m["config"].get("steps")
+        done = [r.get("measured_steps") for r in b.metrics.get("per_rank", [])]
+        done = [d for d in done if isinstance(d, int)]
+        if asked and done and min(done) < asked:
+            checks.append(Check("partial", f"{b.path.name} ended ok but measured {min(done)} of "
+                                           f"{asked} steps"))
+    return checks
+
+
+def comparability_checks(bundles: list[Bundle]) -> list[Check]:
+    """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
+    def config(key: str) -> Callable[[Bundle], Any]:
+        return lambda b: b.manifest["config"].get(key)
+
+    def platform(b: Bundle) -> str:
+        p = b.manifest["platform"]
+        dtype = b.manifest["config"]["dtype"]
+        peak = p["peak_tflops"].get(dtype)
+        return f"{p['name']} ({p.get('device_name')}, " + (
+            f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
+
+    return [
+        *_workload_checks(bundles),
+        *_differs("platform", "platforms, MFU is against each one's own peak", bundles,
+                  platform),
+        *_differs("precision", "precision", bundles, config("dtype")),
+        *_differs("batch", "global batch", bundles, config("global_batch_size")),
+        *_differs("batch", "micro-batch", bundles, config("micro_batch_size")),
+        *_differs("sequence", "sequence length", bundles,
+                  lambda b: b.manifest["workload"].get("seq_length")),
+        *_differs("telemetry", "energy sources", bundles, energy_source),
+        *_differs("telemetry", "power sources", bundles, power_source),
+        *_differs("schema", "bundle schema versions", bundles,
+                  lambda b: b.manifest["schema_version"]),
+        *_status_checks(bundles),
+    ]

@@ -1,0 +1,280 @@
+"""`compare` and `report` through the CLI on real CPU runs and the recorded H100/H200 bundles."""
+
+import base64
+import csv
+import io
+import json
+import re
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, kit_cli
+
+GPU = sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())
+H100, H200 = (next(b for b in GPU if b.name.endswith(tag)) for tag in ("h100-e955a2",
+                                                                        "h200-bceb8a"))
+
+ODD_ROPE = (  # megatron-core rejects it at build time (RoPE needs an even head dim): a failed run
+    "family: llama3\nnum_layers: 2\nhidden_size: 66\nnum_attention_heads: 2\n"
+    "ffn_hidden_size: 128\nseq_length: 16\nvocab_size: 256\nactivation: swiglu\n"
+    "normalization: rmsnorm\nposition_embedding: rope\nadd_bias_linear: false\n"
+    "tie_embeddings: false\nglobal_batch_size: 2\n"
+)
+
+
+REPLAY_EXTRA = (  # a 2 x 2 chassis for the heatmap, and a rule that scales gpt3-tiny down
+    "chassis:\n" + "".join(f"  - {{device: {d}, slot: S{d}, row: {d // 2}, col: {d % 2}}}\n"
+                           for d in range(4))
+    + "scaling:\n  gpt3-tiny:\n    reason: keep the test short\n    set: {num_layers: 1}\n"
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Two repeats of gpt3-tiny TP1 (cpu, no power), one TP2 of gpt3-tiny scaled to one layer
+    by a platform rule with the recorded H100 trace replayed as its GPU telemetry, and one
+    failed run. One after another: side by side they
+    fight over the two cores and take longer."""
+    out = tmp_path_factory.mktemp("runs")
+    (out / "odd-rope.yaml").write_text(ODD_ROPE)
+    replay = out / "cpu-replay-chassis.yaml"
+    replay.write_text((REPO / "tests/data/platforms/cpu-replay-h100.yaml").read_text()
+                      + REPLAY_EXTRA)
+    short = ["--steps", "3", "--warmup", "1"]
+    argv = {"tp1a": ["gpt3-tiny", *short, "--out", str(out / "a")],
+            "tp1b": ["gpt3-tiny", *short, "--out", str(out / "b")],
+            "tp2": ["gpt3-tiny", "--tp", "2", "--platform", str(replay), *short,
+                    "--out", str(out / "c")],
+            "failed": [str(out / "odd-rope.yaml"), "--steps", "2", "--warmup", "0",
+                       "--out", str(out / "d")]}
+    bundles = {}
+    for k, a in argv.items():
+        r = kit_cli("run", *a)
+        assert r.returncode == (1 if k == "failed" else 0), r.stderr
+        bundles[k] = Path(r.stdout.strip().splitlines()[-1])
+    return bundles
+
+
+def summary(bundle: Path) -> dict:
+    return json.loads((bundle / "metrics.json").read_text())["summary"]
+
+
+def compare_json(cli, *args: str) -> dict:
+    r = cli("compare", *args, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def group_of(result: dict, bundle: Path) -> dict:
+    return next(g for g in result["groups"] if str(bundle) in g["bundles"])
+
+
+def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
+    r = cli("compare", str(H100), str(H200), *(str(b) for b in runs.values()))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "6 bundles in 5 groups" in out and "FAILED (1 run)" in out
+    checks = out.split("comparability:")[1]
+    assert re.search(r"\[platform\] different platforms.*h100.*h200.*cpu.*cpu-replay-chassis",
+                     checks)
+    assert re.search(r"\[telemetry\] different power sources: nvml power_w .*; replay power_w",
+                     checks)
+    assert re.search(r"\[workload\] different workload architectures.*gpt3-1\.3b: .*"
+                     r"hidden_size=2048.*gpt3-tiny: .*odd-rope: ", checks)
+    assert (f"[scaled] gpt3-tiny@cpu-replay-chassis is a scaled variant of gpt3-tiny by the "
+            f"cpu-replay-chassis platform rule (num_layers 4->1: keep the test short); "
+            f"bundles: {runs['tp2'].name}") in checks
+    assert "[precision] different precision: bf16" in checks
+    assert "[sequence] different sequence length: 2048" in checks
+    assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
+    # plain CPU runs measured no power: n/a, never 0; the replayed trace gives a value
+    power = next(line for line in out.splitlines() if line.startswith("mean power")).split()
+    assert power[3:5] == ["678.9", "681.5"] and power[5] == power[7] == "n/a"
+    assert float(power[6]) == pytest.approx(summary(runs["tp2"])["power_w_mean"], rel=1e-3)
+
+
+def test_same_workload_on_two_gpus_only_differs_in_platform(cli):
+    r = cli("compare", str(H100), str(H200))
+    checks = r.stdout.split("comparability:")[1].strip().splitlines()
+    assert r.returncode == 0 and len(checks) == 1 and checks[0].lstrip().startswith("[platform]")
+
+
+def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
+    result = compare_json(cli, str(H200), str(H100), str(runs["tp1a"]), str(runs["tp2"]),
+                          str(runs["failed"]), "--baseline", H100.name)
+    h100, h200 = summary(H100), summary(H200)
+    base = group_of(result, H100)
+    assert result["baseline"] == base["label"] and base["metrics"]["mfu"]["ratio_to_baseline"] == 1
+    other = group_of(result, H200)["metrics"]
+    for key in ("tokens_per_s", "mfu", "energy_j_per_token", "power_w_peak", "mem_peak_gib"):
+        ratio = h200[key] / h100[key]
+        assert other[key]["median"] == h200[key]
+        assert other[key]["ratio_to_baseline"] == pytest.approx(ratio, rel=1e-12)
+        assert other[key]["pct_diff_to_baseline"] == pytest.approx((ratio - 1) * 100, rel=1e-9)
+    cpu = group_of(result, runs["tp1a"])["metrics"]
+    assert cpu["power_w_mean"] == {"median": None, "min": None, "max": None, "n": 0,
+                                   "ratio_to_baseline": None, "pct_diff_to_baseline": None}
+    assert cpu["mfu"]["median"] is None  # the cpu profile declares no peak
+    replayed = group_of(result, runs["tp2"])["metrics"]
+    power = json.loads((runs["tp2"] / "metrics.json").read_text())["power"]
+    assert replayed["power.peak_to_mean"]["median"] == power["peak_to_mean"]
+    assert replayed["throttle_frac_by_reason.power_cap"]["median"] == (
+        power["throttle_frac_by_reason"]["power_cap"])
+    # the recorded bundles predate metrics.json's power section: no ratio against nothing
+    assert replayed["power.peak_to_mean"]["ratio_to_baseline"] is None
+    assert replayed["power_w_mean"]["ratio_to_baseline"] == pytest.approx(
+        summary(runs["tp2"])["power_w_mean"] / summary(H100)["power_w_mean"])
+    failed = group_of(result, runs["failed"])
+    assert failed["status"] == "failed" and failed["metrics"]["tokens_per_s"]["n"] == 0
+    assert any(c["kind"] == "status" for c in result["checks"])
+
+
+def test_repeats_aggregate_to_median_min_max(cli, runs):
+    result = compare_json(cli, str(runs["tp1a"]), str(runs["tp1b"]), str(runs["tp2"]),
+                          "--baseline", str(runs["tp2"]))
+    tp1 = group_of(result, runs["tp1a"])
+    assert set(tp1["bundles"]) == {str(runs["tp1a"]), str(runs["tp1b"])}
+    values = [summary(runs[k])["tokens_per_s"] for k in ("tp1a", "tp1b")]
+    got = tp1["metrics"]["tokens_per_s"]
+    assert (got["median"], got["min"], got["max"], got["n"]) == pytest.approx(
+        (statistics.median(values), min(values), max(values), 2))
+    assert got["ratio_to_baseline"] == pytest.approx(
+        statistics.median(values) / summary(runs["tp2"])["tokens_per_s"])
+    # same batch, precision; all ok; the replay platform and its scaled variant differ
+    assert [c["kind"] for c in result["checks"]] == ["workload", "scaled", "platform"]
+    assert "num_layers=4" in result["checks"][0]["message"]
+
+
+def test_every_format_parses(cli, runs):
+    args = [str(H100), str(runs["tp1a"]), str(runs["failed"]), "--baseline", str(H100)]
+    r = cli("compare", *args, "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    metrics = {row["metric"] for row in rows}
+    assert len(rows) == 3 * len(metrics) and {"tokens_per_s", "mfu", "power.peak_to_mean",
+                                              "throttle_frac_by_reason.power_cap"} <= metrics
+    h100 = next(row for row in rows if row["metric"] == "tokens_per_s" and "h100" in row["group"])
+    assert float(h100["median"]) == summary(H100)["tokens_per_s"]
+    assert float(h100["ratio_to_baseline"]) == 1.0
+    cpu = next(row for row in rows
+               if row["metric"] == "power_w_mean" and "gpt3-tiny" in row["group"])
+    assert cpu["median"] == "n/a" and cpu["n"] == "0"
+    assert "comparability: [status]" in r.stderr  # checks go to stderr, stdout stays one table
+    r = cli("compare", *args, "--format", "markdown")
+    assert r.returncode == 0 and re.search(r"^\| throughput \(tokens/s\) +\| +51,378 \|",
+                                           r.stdout, re.M)
+    assert "**comparability**" in r.stdout and "vs baseline" in r.stdout
+    assert len(compare_json(cli, *args)["groups"]) == 3
+
+
+def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
+    paths = []
+    for i in range(200):
+        dest = tmp_path / f"copy{i:03d}"
+        dest.mkdir()
+        for name in ("manifest.json", "metrics.json"):
+            shutil.copy(runs["tp1a"] / name, dest / name)
+        paths.append(str(dest))
+    start = time.monotonic()
+    r = cli("compare", *paths)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 0, r.stderr
+    assert "200 bundles in 1 group" in r.stdout and "and 197 more" in r.stdout
+    assert elapsed < 5, f"compare of 200 bundles took {elapsed:.1f} s"
+
+
+@pytest.fixture(scope="module")
+def profiled(runs, tmp_path_factory) -> Path:
+    """A copy of the TP2 (replay) bundle with a real torch.profiler Chrome trace in profile/."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    dest = tmp_path_factory.mktemp("profiled") / runs["tp2"].name
+    shutil.copytree(runs["tp2"], dest)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(torch.randn(4, 32)).sum().backward()
+    (dest / "profile").mkdir()
+    prof.export_chrome_trace(str(dest / "profile" / "rank0.json"))
+    return dest
+
+
+def figure_ids(text: str) -> set[str]:
+    return set(re.findall(r'<figure id="([^"]+)"', text))
+
+
+def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled, tmp_path):
+    out = tmp_path / "r" / "report.html"
+    r = cli("report", str(H100), str(H200), str(runs["tp1a"]), str(runs["failed"]),
+            str(profiled), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(out.resolve())
+    text = out.read_text()
+    sources = re.findall(r'src="([^"]*)"', text)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert not re.search(r'(href|src)="(https?:)?//', text) and "<link" not in text
+    for s in sources:
+        assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    per_bundle = ("power-timeline", "chassis-heatmap", "clock-throttle", "kernel-breakdown")
+    assert figure_ids(text) == {"config-bars"} | {f"{f}-{n}" for f in per_bundle
+                                                  for n in range(1, 6)}
+    figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
+    with_image = {k for k, v in figures.items() if "<img" in v}
+    assert with_image == {"config-bars", "kernel-breakdown-5"} | {
+        f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
+    assert "no power telemetry in this bundle (power_w: " in figures["power-timeline-3"]
+    assert "no profile in this bundle" in figures["kernel-breakdown-1"]
+    assert "Kernel time by category" in figures["kernel-breakdown-5"]
+    assert "SM clock and active throttle reasons" in figures["clock-throttle-1"]
+    assert "by node and chassis position" in figures["chassis-heatmap-2"]
+    assert "platform cpu declares no chassis layout" in figures["chassis-heatmap-3"]
+    assert "ended failed" in text and "<table>" in text
+
+
+def test_markdown_report_links_every_figure(cli, runs, tmp_path):
+    out = tmp_path / "report.md"
+    r = cli("report", str(H100), str(runs["failed"]), "-o", str(out), "--markdown")
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    links = re.findall(r"!\[[^\]]*\]\((report_figures/[^)]+\.png)\)", text)
+    assert sorted(Path(link).stem for link in links) == sorted(
+        ["config-bars", "power-timeline-1", "chassis-heatmap-1", "clock-throttle-1"])
+    assert all((tmp_path / link).read_bytes()[:4] == b"\x89PNG" for link in links)
+    assert '<a id="kernel-breakdown-1"></a>' in text and "no profile in this bundle" in text
+    assert "## Comparability" in text and "ended failed" in text
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["compare", "tests"], "tests: manifest.json is missing"),
+    (["compare", str(H100), "--baseline", "nonesuch"], "unknown baseline nonesuch"),
+    (["compare", str(H100), str(H100)], "is given twice"),
+    (["report", "no/such/dir", "-o", "x.html"], "no bundle at no/such/dir"),
+])
+def test_bad_input_exits_2_with_one_line(cli, args, needle):
+    r = cli(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and needle in r.stderr
+
+
+def test_kernel_breakdown_counts_operator_self_time_once(profiled):
+    from kit.analysis.kernels import kernel_times
+    from kit.bundle.reader import read_bundle
+
+    times = kernel_times(read_bundle(profiled))["rank0.json"]
+    assert times["MatMul"] > 0 and times["norm"] > 0
+    events = json.loads((profiled / "profile" / "rank0.json").read_text())["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+
+    def inside(i, j):  # op i nested in op j on the same thread (identical spans: j first)
+        a, b = ops[i], ops[j]
+        same = (a["ts"], a["dur"]) == (b["ts"], b["dur"])
+        return (i != j and (a["pid"], a["tid"]) == (b["pid"], b["tid"]) and (j < i or not same)
+                and b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"])
+
+    top = [ops[i] for i in range(len(ops)) if not any(inside(i, j) for j in range(len(ops)))]
+    # self times partition the top-level operators' time: nothing counted twice or dropped
+    assert sum(times.values()) == pytest.approx(sum(e["dur"] for e in top) / 1e6, rel=1e-9)
