@@ -253,32 +253,47 @@ def _tokens(cfg: RunConfig) -> int:
     return cfg.micro_batch_size * cfg.workload.seq_length // cfg.parallel.cp
 
 
+def norm_saved_elements(cfg: RunConfig) -> int:
+    """Hidden-sized tensors one norm saves beyond the output its consumer saves.
+
+    LayerNorm (torch's fused kernel everywhere) and RMSNorm on GPUs (torch's fused
+    ``_fused_rms_norm``) save their input (plus per-token statistics); on ``cpu`` torch's
+    RMSNorm is composite and also saves the normalized tensor before the weight.
+    """
+    composite = cfg.platform.is_cpu and cfg.workload.normalization == "rmsnorm"
+    return 2 if composite else 1
+
+
 def layer_activation_bytes(cfg: RunConfig) -> int:
     """Bytes one layer saves for backward for one micro-batch, without recomputation.
 
     Per token, with ``e`` bytes per element, ``t`` = TP, ``r`` = TP with SP else 1:
-    ``4 e h / r`` (both norms' inputs and outputs, replicated over TP unless SP),
+    ``4 e h / r`` (both norms' inputs and outputs, replicated over TP unless SP; 6 for
+    composite RMSNorm, see :func:`norm_saved_elements`),
     ``e (h + 2 kv) / t`` (the fused QKV output, kept alive by the K/V views SDPA saves),
     ``e h / t`` (a separate query: RoPE output or the grouped-query reshape copy),
     ``e kv / t`` (RoPE key), ``e h / t`` (attention output, saved by SDPA and the output
-    projection); MLP ``2 e f / t`` (GELU input and output) or ``4 e f / t`` (SwiGLU: fc1
-    output of width 2f, SiLU output, product); MoE instead ``k (e h + (c + 1) e f / t)`` with
-    ``c`` the dense MLP's factor: each token's ``k`` routed copies as expert input, the expert
-    MLP and the router-probability scaling of its output. The selective recompute of
-    megatron-core (``core_attn``) drops nothing more: SDPA flash attention keeps no ``s x s``
-    scores, which is the ``5 a s / h`` term Korthikanti et al. recompute.
+    projection); MLP ``2 e f / t`` (GELU input and output) or ``5 e f / t`` (megatron-core's
+    unfused SwiGLU: fc1 output of width 2f, SiLU output, the linear half plus its offset, the
+    product); MoE instead ``k (e h + (c + 1) e f / t)`` with ``c`` the dense MLP's factor: each
+    token's ``k`` routed copies as expert input, the expert MLP and the router-probability
+    scaling of its output. RoPE adds its cos/sin tables for query and key, ``4 e s d`` per
+    layer and micro-batch whatever the batch size. The selective recompute of megatron-core
+    (``core_attn``) drops nothing more: SDPA flash attention keeps no ``s x s`` scores, which
+    is the ``5 a s / h`` term Korthikanti et al. recompute.
     """
     w, p = cfg.workload, cfg.parallel
     e, t = element_bytes(cfg.dtype), p.tp
     r = t if p.sp else 1
     h = w.hidden_size
     f_shard = _ceil_div(w.ffn_hidden_size, t)
-    kv = h // w.num_attention_heads * w.query_groups
+    head_dim = h // w.num_attention_heads
+    kv = head_dim * w.query_groups
     rope = w.position_embedding == "rope"
     gqa = w.query_groups != w.num_attention_heads
-    mlp_factor = 4 if w.activation == "swiglu" else 2
+    mlp_factor = 5 if w.activation == "swiglu" else 2
 
-    per_token = 4 * e * h // r
+    per_token = 2 * (norm_saved_elements(cfg) + 1) * e * h // r
     per_token += e * (h + 2 * kv) // t
     if rope or gqa:
         per_token += e * h // t
@@ -289,7 +304,8 @@ def layer_activation_bytes(cfg: RunConfig) -> int:
         per_token += mlp_factor * e * f_shard
     else:
         per_token += w.moe_top_k * (e * h + (mlp_factor + 1) * e * f_shard)
-    return per_token * _tokens(cfg)
+    rope_tables = 4 * e * (w.seq_length // p.cp) * head_dim if rope else 0
+    return per_token * _tokens(cfg) + rope_tables
 
 
 def layer_input_bytes(cfg: RunConfig) -> int:
@@ -302,8 +318,8 @@ def activation_bytes(cfg: RunConfig, stage: int) -> int:
     """Activations ``stage`` holds at its peak: layers x micro-batches in flight, plus the head.
 
     Full recompute keeps each layer's input and rematerializes one layer at a time in backward.
-    The last stage adds the final norm's input and the output layer's input (``2 e h / r`` per
-    token).
+    The last stage adds what the final norm saves and the output layer's input (``2 e h / r``
+    per token, 3 with composite RMSNorm).
     """
     p = cfg.parallel
     layers_per_chunk = cfg.workload.num_layers // (p.pp * (p.vpp or 1))
@@ -313,7 +329,7 @@ def activation_bytes(cfg: RunConfig, stage: int) -> int:
     else:
         out = held * layer_activation_bytes(cfg)
     if stage == p.pp - 1:
-        out += 2 * layer_input_bytes(cfg)
+        out += (norm_saved_elements(cfg) + 1) * layer_input_bytes(cfg)
     return out
 
 
