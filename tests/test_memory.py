@@ -23,9 +23,11 @@ from kit.analysis.memory import (
     predicted_oom,
 )
 from kit.analysis.tables import memory_table
+from kit.bundle.reader import read_bundle
 from kit.errors import KitInputError
 from kit.spec.loader import load_workload
 from kit.spec.resolve import RunRequest, resolve
+from kit.spec.run import RunConfig
 
 from .conftest import REPO
 
@@ -329,3 +331,21 @@ def test_activations_match_what_megatron_core_saves_for_backward(tmp_path):
     assert [row["workload"] for row in rows] == ["gpt3-tiny", "llama-style-tiny", "mixtral-tiny"]
     for row in rows:
         assert row["estimated_bytes"] == pytest.approx(row["saved_bytes"], rel=0.01), row
+
+
+GPU_BUNDLES = sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())
+
+
+@pytest.mark.parametrize("bundle", GPU_BUNDLES, ids=[b.name for b in GPU_BUNDLES])
+def test_estimate_matches_recorded_gpu_runs(bundle):
+    # Bundles recorded on one H100 and one H200 (gpt3-1.3b, micro-batch 4, bf16, torch 2.11,
+    # megatron-core 0.19.2; see benchmarks/telemetry): each rank's torch.cuda.max_memory_allocated
+    # against the estimate's allocated bytes (no framework overhead) for that rank's stage.
+    # Measured 36.50 GiB, estimated 36.42 GiB (-0.2%); the target is 15%.
+    b = read_bundle(bundle)
+    cfg = RunConfig.model_validate(b.manifest["config"])
+    assert not cfg.platform.is_cpu
+    est = estimate_memory(cfg)
+    for rank in b.metrics["per_rank"]:
+        predicted = est.stages[rank["pp_rank"]].allocated_bytes
+        assert predicted == pytest.approx(rank["mem_peak_bytes"], rel=0.02), rank
