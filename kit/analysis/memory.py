@@ -121,6 +121,9 @@ class MemoryEstimate(BaseModel):
         "the profile declares none."
     )
     capacity_source: str = Field(description="Where the capacity comes from, for messages.")
+    shared_host: bool = Field(
+        description="Whether the ranks are processes sharing one host's RAM (cpu platform)."
+    )
 
     @property
     def peak(self) -> StageMemory:
@@ -409,7 +412,8 @@ def estimate_memory(cfg: RunConfig, zero_stage: int | None = None) -> MemoryEsti
         capacity = None if gib is None else int(gib * GIB)
         source = f"{plat.name} ({plat.device_name}) memory per device"
     return MemoryEstimate(
-        stages=stages, required_bytes=required, capacity_bytes=capacity, capacity_source=source
+        stages=stages, required_bytes=required, capacity_bytes=capacity, capacity_source=source,
+        shared_host=plat.is_cpu,
     )
 
 
@@ -426,11 +430,16 @@ def fit_refusal(est: MemoryEstimate) -> str | None:
     parts = (f"weights {_gib(s.weights_bytes)}, grads {_gib(s.grads_bytes)}, optimizer "
              f"{_gib(s.optimizer_bytes)}, activations {_gib(s.activations_bytes)}, logits "
              f"{_gib(s.logits_bytes)}, overhead {_gib(s.overhead_bytes)}")
+    if est.shared_host:
+        where, fix = "each rank", "use a smaller workload, fewer ranks or a smaller --micro-batch"
+    else:
+        where = f"pipeline stage {s.stage}"
+        fix = ("shard more (--tp, --pp, --dist-optimizer), use --recompute full or a smaller "
+               "--micro-batch")
     return (
-        f"predicted not to fit: estimated {_gib(est.required_bytes)} ({parts}; pipeline stage "
-        f"{s.stage}) > {_gib(est.capacity_bytes)} {est.capacity_source}; shard more (--tp, "
-        "--pp, --dist-optimizer), use --recompute full or a smaller --micro-batch, or pass "
-        "--force to run anyway"
+        f"predicted not to fit: estimated {_gib(est.required_bytes)} ({where}: {parts}) > "
+        f"{_gib(est.capacity_bytes)} {est.capacity_source}; {fix}, or pass --force to run "
+        "anyway"
     )
 
 
