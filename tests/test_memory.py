@@ -325,6 +325,8 @@ def test_activations_match_what_megatron_core_saves_for_backward(tmp_path):
     # Covers MHA + GELU + LayerNorm + learned positions (gpt3-tiny), GQA + RoPE + SwiGLU +
     # RMSNorm (llama-style), and MoE top-2 (mixtral-tiny). Left out by design and so the only
     # expected gap: per-token statistics (norm rstd, attention log-sum-exp) under 0.5%.
+    # When the engine changes what it saves (fused kernels, other layouts), this fails: update
+    # layer_activation_bytes / logits_bytes in kit/analysis/memory.py and docs/memory.md.
     llama = tmp_path / "llama-style-tiny.yaml"
     llama.write_text(LLAMA_STYLE_TINY)
     r = subprocess.run([sys.executable, "-m", "tests.saved_activations", "gpt3-tiny", str(llama),
