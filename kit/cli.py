@@ -47,10 +47,18 @@ def cli() -> None:
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the bundle.")
-@click.option("--dry-run", is_flag=True, help="Resolve and validate only; launch nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Resolve, validate and estimate memory only; launch nothing.")
+@click.option("--force", is_flag=True,
+              help="Run even if the memory estimate predicts it will not fit.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def run(workload: str, out: Path, dry_run: bool, as_json: bool, **opts: object) -> None:
-    """Train WORKLOAD on every rank, sample telemetry, and write one result bundle."""
+def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
+        **opts: object) -> None:
+    """Train WORKLOAD on every rank, sample telemetry, and write one result bundle.
+
+    A run predicted not to fit in device memory (see --dry-run) is refused unless --force.
+    """
+    from kit.analysis.memory import ensure_fits, estimate_memory
     from kit.analysis.tables import print_dry_run, print_summary
     from kit.spec.resolve import RunRequest, resolve
 
@@ -58,13 +66,16 @@ def run(workload: str, out: Path, dry_run: bool, as_json: bool, **opts: object) 
     opts["global_batch_size"] = opts.pop("global_batch")
     try:
         cfg = resolve(RunRequest(workload=workload, **opts), require_present=not dry_run)
+        memory = estimate_memory(cfg)
+        if not (dry_run or force):
+            ensure_fits(memory)
     except KitInputError as e:
         if as_json:
             click.echo(json.dumps({"error": str(e)}))
             sys.exit(2)
         raise
     if dry_run:
-        print_dry_run(cfg, as_json)
+        print_dry_run(cfg, as_json, memory)
         return
     from kit.launch.session import run_session
 

@@ -6,6 +6,7 @@ from typing import Any
 from tabulate import tabulate
 
 from kit.analysis.flops import model_flops_per_step, params_count
+from kit.analysis.memory import GIB, MemoryEstimate, fit_refusal
 from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
 from kit.spec.run import RunConfig
 
@@ -88,12 +89,39 @@ def resolved_summary(cfg: RunConfig) -> str:
     return tabulate(rows, tablefmt="plain")
 
 
-def print_dry_run(cfg: RunConfig, as_json: bool) -> None:
-    """Print the resolved config (JSON with ``--json``)."""
+def memory_table(est: MemoryEstimate) -> str:
+    """The memory estimate of the stage that peaks, in GiB, and the fit verdict on one line."""
+    s = est.peak
+    rows = [
+        ["weights", s.weights_bytes], ["gradients", s.grads_bytes],
+        ["optimizer states", s.optimizer_bytes],
+        [f"activations ({s.micro_batches_in_flight} in flight)", s.activations_bytes],
+        ["logits", s.logits_bytes], ["framework overhead", s.overhead_bytes],
+        ["total per device", s.total_bytes],
+    ]
+    title = f"memory estimate, pipeline stage {s.stage} of {len(est.stages)}"
+    table = tabulate([[k, v / GIB] for k, v in rows], headers=[title, "GiB"], floatfmt=".2f")
+    if est.fits is None:
+        verdict = f"memory: no capacity declared ({est.capacity_source}); not checked"
+    elif est.fits:
+        verdict = (f"memory: fits {est.capacity_bytes / GIB:.1f} GiB {est.capacity_source} "
+                   f"(headroom {est.headroom_bytes / GIB:.1f} GiB)")
+    else:
+        verdict = f"memory: would not fit; run refuses it: {fit_refusal(est)}"
+    return f"{table}\n{verdict}"
+
+
+def print_dry_run(cfg: RunConfig, as_json: bool, memory: MemoryEstimate | None = None) -> None:
+    """Print the resolved config and memory estimate (JSON with ``--json``)."""
     if as_json:
-        print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+        out = cfg.model_dump(mode="json")
+        if memory is not None:
+            out["memory_estimate"] = memory.model_dump(mode="json")
+        print(json.dumps(out, indent=2))
     else:
         print(resolved_summary(cfg))
+        if memory is not None:
+            print(memory_table(memory))
         print("dry run: valid; nothing launched")
 
 
