@@ -52,3 +52,10 @@ def forward_backward_kwargs(forward_backward_func: Any) -> dict[str, Any]:
     """Keyword arguments of the schedule call that older releases lack."""
     params = inspect.signature(forward_backward_func).parameters
     return {"decoder_seq_length": None} if "decoder_seq_length" in params else {}
+
+
+def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
+    """Transformer layers of this rank's (virtual) pipeline stage."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    return get_num_layers_to_build(config, vp_stage=vp_stage)

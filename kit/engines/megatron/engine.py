@@ -1,9 +1,10 @@
 """The megatron-core training engine: one rank's model, optimizer and step loop.
 
-On GPUs it uses megatron-core end to end: its DDP wrapper (contiguous grad buffers, optional
-overlap and distributed optimizer) and its mixed-precision optimizer. On a CPU platform the
-grad buffers of that wrapper would be allocated on cuda, so data parallelism is a plain
-all-reduce of gradients over the data-parallel group and the optimizer is torch AdamW.
+megatron-core runs end to end on every platform: its DDP wrapper (contiguous grad buffers,
+optional overlap and distributed optimizer), its optimizer and its pipeline schedules. On a CPU
+platform :mod:`kit.engines.megatron.cpu_compat` first patches the places where megatron-core
+assumes CUDA, and weights are drawn layout-invariantly
+(:mod:`kit.engines.megatron.seeded_init`) so equivalent layouts train the same model.
 """
 
 import os
@@ -66,22 +67,18 @@ class MegatronEngine(Engine):
         p = cfg.parallel
         adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
         torch.manual_seed(cfg.seed)
-        if not cpu:
-            from megatron.core import tensor_parallel
+        from megatron.core import tensor_parallel
 
-            tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
+        tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
 
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:
-            self.model = chunks
-            self._params = [q for c in chunks for q in c.parameters()]
-            self.optimizer: Any = torch.optim.AdamW(
-                self._params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1
-            )
-            self.config.finalize_model_grads_func = self._allreduce_grads_cpu
-        else:
-            self._wrap_gpu(chunks)
+            from kit.engines.megatron.seeded_init import reinit_layout_invariant
+
+            for chunk in chunks:
+                reinit_layout_invariant(chunk, self.config, cfg.seed)
+        self._wrap_ddp(chunks)
 
         self.data = SyntheticTokens(
             vocab_size=cfg.workload.vocab_size,
@@ -106,7 +103,8 @@ class MegatronEngine(Engine):
             ep_rank=ps.get_expert_model_parallel_rank(),
         )
 
-    def _wrap_gpu(self, chunks: list[torch.nn.Module]) -> None:
+    def _wrap_ddp(self, chunks: list[torch.nn.Module]) -> None:
+        """Wrap chunks in megatron's DDP and build megatron's optimizer over them."""
         from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
@@ -127,7 +125,8 @@ class MegatronEngine(Engine):
         )
         wrapped = []
         for i, chunk in enumerate(chunks):
-            chunk.cuda(torch.cuda.current_device())
+            if not cfg.platform.is_cpu:
+                chunk.cuda(torch.cuda.current_device())
             if cfg.dtype in ("bf16", "fp16"):
                 chunk = Float16Module(self.config, chunk)
             wrapped.append(
@@ -163,32 +162,14 @@ class MegatronEngine(Engine):
             if len(wrapped) == 1:
                 self.config.grad_sync_func = self.config.grad_sync_func[0]
 
-    def _allreduce_grads_cpu(self, model: list[torch.nn.Module], *_: Any, **__: Any) -> None:
-        """Average gradients over the data-parallel group (the CPU stand-in for megatron DDP)."""
-        from megatron.core import parallel_state as ps
-
-        if ps.get_data_parallel_world_size() == 1:
-            return
-        group = ps.get_data_parallel_group()
-        grads = [q.grad for q in self._params if q.grad is not None]
-        flat = torch._utils._flatten_dense_tensors(grads)
-        dist.all_reduce(flat, group=group)
-        flat /= ps.get_data_parallel_world_size()
-        synced = torch._utils._unflatten_dense_tensors(flat, grads)
-        for g, avg in zip(grads, synced, strict=True):
-            g.copy_(avg)
-
     def train_step(self, step: int) -> StepResult:
         """Run the micro-batches of one global batch through megatron-core's schedule."""
         cfg = self.cfg
         assert cfg is not None
         num_micro = cfg.grad_accum_steps
-        if cfg.platform.is_cpu:
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
-            for m in self.model:
-                m.zero_grad_buffer()
-            self.optimizer.zero_grad()
+        for m in self.model:
+            m.zero_grad_buffer()
+        self.optimizer.zero_grad()
         chunks = len(self.model)
         iters = [self.data.step_iterator(step, num_micro, self.device) for _ in range(chunks)]
         losses = self._fwd_bwd(
@@ -226,7 +207,8 @@ class MegatronEngine(Engine):
         notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)"]
         if self.cfg is not None and self.cfg.platform.is_cpu:
             notes.append(
-                "cpu: megatron-core with kit.engines.megatron.cpu_compat; DP by gloo all-reduce"
+                "cpu: megatron-core with kit.engines.megatron.cpu_compat over gloo; "
+                "weights drawn by kit.engines.megatron.seeded_init (layout-invariant)"
             )
         return EngineInfo(
             versions={"torch": torch.__version__, "megatron-core": str(adapter.mcore_version())},
