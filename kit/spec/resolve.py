@@ -8,7 +8,13 @@ from kit.errors import KitInputError
 from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
-from kit.spec.run import OptimizationConfig, ParallelConfig, Recompute, RunConfig
+from kit.spec.run import (
+    OptimizationConfig,
+    ParallelConfig,
+    Recompute,
+    RecomputeMethod,
+    RunConfig,
+)
 from kit.spec.validate import layout_violations
 from kit.spec.workload import ScalingRecord, WorkloadSpec
 
@@ -33,6 +39,7 @@ class RunRequest(BaseModel):
     micro_batch_size: int | None = Field(None, gt=0)
     global_batch_size: int | None = Field(None, gt=0)
     recompute: Recompute = "none"
+    recompute_method: RecomputeMethod = "uniform"
     overlap: bool = False
     dist_optimizer: bool = False
     fsdp: bool = False
@@ -125,7 +132,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         ),
         optim=OptimizationConfig(
             recompute=req.recompute, overlap=req.overlap, dist_optimizer=req.dist_optimizer,
-            fsdp=req.fsdp, zero=req.zero,
+            fsdp=req.fsdp, zero=req.zero, recompute_method=req.recompute_method,
         ),
         micro_batch_size=req.micro_batch_size or workload.micro_batch_size,
         global_batch_size=req.global_batch_size or workload.global_batch_size,

@@ -57,7 +57,7 @@ def transformer_config(cfg: RunConfig) -> Any:
     if o.recompute != "none":
         kwargs["recompute_granularity"] = o.recompute
         if o.recompute == "full":
-            kwargs.update(recompute_method="uniform", recompute_num_layers=1)
+            kwargs.update(recompute_method=o.recompute_method, recompute_num_layers=1)
     if w.is_moe:
         kwargs.update(
             num_moe_experts=w.num_experts,
