@@ -18,6 +18,7 @@ from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.megatron import adapter
 from kit.engines.megatron.model import build_model_chunks, transformer_config
+from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.spec.run import RunConfig
 
 
@@ -42,6 +43,7 @@ class MegatronEngine(Engine):
     def __init__(self) -> None:
         self.cfg: RunConfig | None = None
         self._cpu_mode: Any = None
+        self._phases: PhaseTimers | None = None
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
@@ -79,6 +81,8 @@ class MegatronEngine(Engine):
             for chunk in chunks:
                 reinit_layout_invariant(chunk, self.config, cfg.seed)
         self._wrap_ddp(chunks)
+        # per-phase timers only where they do not change the step (see phase_timers)
+        self._phases = PhaseTimers(self.config) if cpu else None
 
         self.data = SyntheticTokens(
             vocab_size=cfg.workload.vocab_size,
@@ -182,12 +186,16 @@ class MegatronEngine(Engine):
             forward_only=False,
             **adapter.forward_backward_kwargs(self._fwd_bwd),
         )
-        self.optimizer.step()
+        if self._phases is not None:
+            self._phases.time_optimizer(self.optimizer.step)
+        else:
+            self.optimizer.step()
         loss = None
         if self._is_last_stage and losses:
             loss = float(torch.stack([x["lm loss"] for x in losses]).mean())
         tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
-        return StepResult(loss=loss, tokens=tokens)
+        phases = self._phases.read() if self._phases is not None else None
+        return StepResult(loss=loss, tokens=tokens, phases=phases)
 
     def synchronize(self) -> None:
         """Wait for queued device work."""
