@@ -23,3 +23,17 @@ def kit_cli(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProce
 def cli():
     """The ``kit_cli`` runner."""
     return kit_cli
+
+
+def bundle_path(stdout: str) -> Path:
+    """The last stdout line of ``run`` is the bundle path."""
+    return Path(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def gpt3_tiny_reference(tmp_path_factory) -> Path:
+    """One-process gpt3-tiny run (5 steps): the reference equivalent layouts must match."""
+    out = tmp_path_factory.mktemp("gpt3-tiny-tp1")
+    r = kit_cli("run", "gpt3-tiny", "--steps", "4", "--warmup", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return bundle_path(r.stdout)
