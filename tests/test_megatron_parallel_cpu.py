@@ -120,3 +120,13 @@ def test_a_cpu_layout_nothing_can_run_is_refused(cli, tmp_path, flag, why):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and why in lines[0]
     assert not any(tmp_path.iterdir())  # no rank started, no bundle
+
+
+def test_four_ranks_tp2_sp_ep2_dp2_distributed_optimizer_matches_ep1(cli, tmp_path, mixtral_dp2):
+    """MoE under TP + SP: the dispatcher's uneven token all-gathers run over gloo."""
+    bundle = run_ok(cli, tmp_path, "mixtral-tiny", "--tp", "2", "--sp", "--dp", "2", "--ep", "2",
+                    "--dist-optimizer")
+    tp_ep, ep1 = losses_by_rank(bundle), losses_by_rank(mixtral_dp2)
+    assert tp_ep[0] == tp_ep[1] and tp_ep[2] == tp_ep[3]  # TP peers share a replica's loss
+    assert tp_ep[0] == pytest.approx(ep1[0], rel=REL)
+    assert tp_ep[2] == pytest.approx(ep1[1], rel=REL)

@@ -15,8 +15,8 @@ patches this rank process and returns a :class:`CudaToCpuMode` to enter around t
   ``param.type() == 'torch.cuda.FloatTensor'``; inside the mode ``Tensor.type()`` of a CPU
   tensor reports its cuda name. Nothing else changes: the same CPU tensor is used.
 * **Streams and events.** ``torch.cuda.Stream/Event/current_stream/default_stream/stream/
-  synchronize`` (MoE dispatcher, 0.19 grad sync) become no-ops: CPU ops run in program order,
-  which is what a single stream gives.
+  synchronize/is_current_stream_capturing`` (MoE dispatcher, 0.19 grad sync) become no-ops:
+  CPU ops run in program order, which is what a single stream gives.
 * **RNG tracker.** megatron's ``CudaRNGStatesTracker`` saves and restores the cuda generator
   (sequence-parallel regions, expert init, recomputation fork it). Its state accessors are
   mapped to the CPU default generator, so forks and recompute replay the CPU stream exactly.
@@ -24,6 +24,11 @@ patches this rank process and returns a :class:`CudaToCpuMode` to enter around t
   NameError in 0.16.1): it is defined as ``None`` so the router takes its torch path. The
   alltoall dispatcher moves its split sizes to host only when they are on cuda; on CPU they
   stayed tensors, which gloo's ``all_to_all_single`` refuses: they become host arrays too.
+* **Uneven collectives.** Under TP + SP the alltoall dispatcher all-gathers and
+  reduce-scatters token slices of different lengths per rank (list forms of
+  ``all_gather`` / ``reduce_scatter``). NCCL takes uneven sizes, gloo refuses them: here they
+  are padded to the longest slice for ``all_gather`` and done as an ``all_reduce`` of the
+  concatenation for ``reduce_scatter`` (the same sums).
 * **Sequence parallelism.** megatron-core refuses torch ``LayerNorm`` under SP; the kit's
   :mod:`~kit.engines.megatron.norms` supplies norms whose params are tagged
   ``sequence_parallel=True`` (so their grads are all-reduced over TP).
@@ -39,9 +44,12 @@ Nothing here changes numerics: the same torch kernels run, only their device cha
 """
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
 from torch.overrides import TorchFunctionMode
 
 _CUDA_TYPE_NAMES = {
@@ -131,6 +139,7 @@ def _patch_cuda_runtime() -> None:
     cuda.current_stream = lambda *_, **__: _NoStream()  # type: ignore[assignment]
     cuda.default_stream = lambda *_, **__: _NoStream()  # type: ignore[assignment]
     cuda.stream = lambda *_, **__: contextlib.nullcontext()  # type: ignore[assignment]
+    cuda.is_current_stream_capturing = lambda: False  # type: ignore[assignment]
 
 
 def _patch_rng_tracker() -> None:
@@ -141,6 +150,59 @@ def _patch_rng_tracker() -> None:
     mrandom._set_cuda_rng_state = lambda state, *_, **__: torch.set_rng_state(state)
     torch.cuda.get_rng_state = lambda *_, **__: torch.get_rng_state()  # type: ignore[assignment]
     torch.cuda.manual_seed = lambda seed: torch.manual_seed(seed)  # type: ignore[assignment]
+
+
+def _uneven_all_gather(all_gather: Callable[..., Any]) -> Callable[..., Any]:
+    """``all_gather`` into a list whose tensors differ in their first dimension, over gloo."""
+
+    def gather(tensor_list: list[torch.Tensor], tensor: torch.Tensor, group: Any = None,
+               async_op: bool = False) -> Any:
+        if len({t.shape for t in tensor_list}) == 1:
+            return all_gather(tensor_list, tensor, group=group, async_op=async_op)
+        longest = max(t.shape[0] for t in tensor_list)
+        padded = tensor.new_zeros((longest, *tensor.shape[1:]))
+        padded[: tensor.shape[0]] = tensor
+        slots = [torch.empty_like(padded) for _ in tensor_list]
+        all_gather(slots, padded, group=group)
+        for out, slot in zip(tensor_list, slots, strict=True):
+            out.copy_(slot[: out.shape[0]])
+        return _DoneWork() if async_op else None
+
+    return gather
+
+
+def _uneven_reduce_scatter(reduce_scatter: Callable[..., Any]) -> Callable[..., Any]:
+    """``reduce_scatter`` of a list whose tensors differ in their first dimension, over gloo."""
+
+    def scatter(output: torch.Tensor, input_list: list[torch.Tensor], op: Any = ReduceOp.SUM,
+                group: Any = None, async_op: bool = False) -> Any:
+        if len({t.shape for t in input_list}) == 1:
+            return reduce_scatter(output, input_list, op=op, group=group, async_op=async_op)
+        summed = torch.cat(input_list)
+        dist.all_reduce(summed, op=op, group=group)
+        rank = dist.get_rank(group)
+        start = sum(t.shape[0] for t in input_list[:rank])
+        output.copy_(summed[start : start + output.shape[0]])
+        return _DoneWork() if async_op else None
+
+    return scatter
+
+
+class _DoneWork:
+    """The handle of a collective that already finished."""
+
+    def wait(self, *_: Any) -> bool:
+        """Already done."""
+        return True
+
+    def is_completed(self) -> bool:
+        """Already done."""
+        return True
+
+
+def _patch_uneven_collectives() -> None:
+    dist.all_gather = _uneven_all_gather(dist.all_gather)
+    dist.reduce_scatter = _uneven_reduce_scatter(dist.reduce_scatter)
 
 
 def _host_splits(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
@@ -173,4 +235,5 @@ def apply_cpu_compat() -> CudaToCpuMode:
     _patch_cuda_runtime()
     _patch_rng_tracker()
     _patch_moe()
+    _patch_uneven_collectives()
     return CudaToCpuMode()
