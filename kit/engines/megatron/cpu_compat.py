@@ -1,9 +1,9 @@
 """Make megatron-core run on a CPU-only host over gloo; applied only on CPU platforms.
 
 megatron-core assumes CUDA in places every parallel layout reaches. This module is the one
-place that patches them, for megatron-core 0.16 to 0.19 (version-specific names are looked up
-defensively: a patch whose target a release lacks is skipped). :func:`apply_cpu_compat`
-patches this rank process and returns a :class:`CudaToCpuMode` to enter around training.
+place that patches them, for megatron-core 0.16 to 0.19 (every patched name exists in 0.16.1
+and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
+:class:`CudaToCpuMode` to enter around training.
 
 * **Device queries.** ``torch.cuda.current_device()`` is used as a device in ~120 places
   (buffers, rotary embeddings, DDP grad buffers, the distributed optimizer). It returns
@@ -40,7 +40,7 @@ patches this rank process and returns a :class:`CudaToCpuMode` to enter around t
 The causal attention mask needs no patch here: the kit's ``SDPAttention`` is causal by itself
 and ignores ``attention_mask``, so megatron never builds its mask (on cuda) for it.
 
-Nothing here changes numerics: the same torch kernels run, only their device changes.
+Nothing here changes the math: the same torch kernels run, only their device changes.
 """
 
 import contextlib
