@@ -16,7 +16,10 @@ def megatron_violations(cfg: RunConfig) -> list[str]:
                    "requires sequence parallelism for MoE layers under tensor parallelism")
     if cfg.launcher != "local":
         out.append("--launcher slurm is not available yet; run one node with --launcher local")
-    if cfg.platform.is_cpu and o.fsdp:
+    if o.fsdp:
         out.append("--fsdp cannot run on the cpu platform: megatron-core's FSDP builds its "
-                   "DTensor device meshes with device_type='cuda'; use --dist-optimizer")
+                   "DTensor device meshes with device_type='cuda'; use --dist-optimizer"
+                   if cfg.platform.is_cpu else
+                   "--fsdp is not wired into the megatron engine yet (it would train with plain "
+                   "DDP); use --dist-optimizer")
     return out
