@@ -100,9 +100,10 @@ def test_moe_trains_data_parallel(mixtral_dp2):
     assert losses[0] != losses[1] and all(math.isfinite(x) for x in losses[0] + losses[1])
 
 
-def test_ep2_alltoall_matches_ep1(cli, tmp_path, mixtral_dp2):
-    """Experts split over two ranks (alltoall dispatcher) train the same model as EP 1."""
-    bundle = run_ok(cli, tmp_path, "mixtral-tiny", "--dp", "2", "--ep", "2")
+def test_ep2_allgather_matches_ep1_alltoall(cli, tmp_path, mixtral_dp2):
+    """Experts split over two ranks (allgather dispatcher) train the same model as EP 1."""
+    bundle = run_ok(cli, tmp_path, "mixtral-tiny", "--dp", "2", "--ep", "2",
+                    "--moe-dispatcher", "allgather")
     m = json.loads((bundle / "metrics.json").read_text())
     assert [r["ep_rank"] for r in m["per_rank"]] == [0, 1]
     ep2, ep1 = losses_by_rank(bundle), losses_by_rank(mixtral_dp2)
@@ -123,7 +124,7 @@ def test_a_cpu_layout_nothing_can_run_is_refused(cli, tmp_path, flag, why):
 
 
 def test_four_ranks_tp2_sp_ep2_dp2_distributed_optimizer_matches_ep1(cli, tmp_path, mixtral_dp2):
-    """MoE under TP + SP: the dispatcher's uneven token all-gathers run over gloo."""
+    """MoE under TP + SP, alltoall dispatcher: its uneven token all-gathers run over gloo."""
     bundle = run_ok(cli, tmp_path, "mixtral-tiny", "--tp", "2", "--sp", "--dp", "2", "--ep", "2",
                     "--dist-optimizer")
     tp_ep, ep1 = losses_by_rank(bundle), losses_by_rank(mixtral_dp2)

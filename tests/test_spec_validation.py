@@ -155,6 +155,6 @@ def test_dry_run_json_prints_resolved_config_or_error(cli):
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)
     assert cfg["parallel"] == {"tp": 2, "pp": 1, "dp": 16, "cp": 1, "ep": 4, "vpp": None,
-                               "sp": True}
+                               "sp": True, "moe_dispatcher": "alltoall"}
     r = cli("run", "gpt3-tiny", "--tp", "3", "--dry-run", "--json", timeout=120)
     assert r.returncode == 2 and "divisible" in json.loads(r.stdout)["error"]

@@ -36,6 +36,7 @@ class RunRequest(BaseModel):
     ep: int = Field(1, gt=0)
     vpp: int | None = Field(None, gt=0)
     sp: bool = False
+    moe_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
     micro_batch_size: int | None = Field(None, gt=0)
     global_batch_size: int | None = Field(None, gt=0)
     recompute: Recompute = "none"
@@ -128,7 +129,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         devices_per_node=per_node,
         parallel=ParallelConfig(
             tp=req.tp, pp=req.pp, dp=_data_parallel(req, platform, per_node), cp=req.cp, ep=req.ep,
-            vpp=req.vpp, sp=req.sp,
+            vpp=req.vpp, sp=req.sp, moe_dispatcher=req.moe_dispatcher,
         ),
         optim=OptimizationConfig(
             recompute=req.recompute, overlap=req.overlap, dist_optimizer=req.dist_optimizer,

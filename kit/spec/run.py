@@ -27,6 +27,9 @@ class ParallelConfig(BaseModel):
     ep: int = Field(1, gt=0, description="Expert-parallel degree (MoE only).")
     vpp: int | None = Field(None, gt=0, description="Virtual stages per pipeline rank; null = off.")
     sp: bool = Field(False, description="Sequence parallelism (needs tp > 1).")
+    moe_dispatcher: Literal["alltoall", "allgather"] = Field(
+        "alltoall", description="megatron-core MoE token dispatcher (MoE workloads only)."
+    )
 
     @property
     def world_size(self) -> int:

@@ -62,7 +62,7 @@ def transformer_config(cfg: RunConfig) -> Any:
         kwargs.update(
             num_moe_experts=w.num_experts,
             moe_router_topk=w.moe_top_k,
-            moe_token_dispatcher_type="alltoall",
+            moe_token_dispatcher_type=p.moe_dispatcher,
             moe_router_load_balancing_type="aux_loss",
             moe_aux_loss_coeff=1e-2,
             moe_grouped_gemm=False,
