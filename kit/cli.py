@@ -32,9 +32,13 @@ def cli() -> None:
 @click.option("--cp", type=int, default=1, show_default=True, help="Context parallel degree.")
 @click.option("--vpp", type=int, help="Virtual pipeline stages per rank.")
 @click.option("--sp", is_flag=True, help="Sequence parallelism (needs --tp > 1).")
+@click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather"]),
+              default="alltoall", show_default=True, help="MoE token dispatcher.")
 @click.option("--micro-batch", type=int, help="Samples per micro-batch (default: workload's).")
 @click.option("--global-batch", type=int, help="Samples per step (default: workload's).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none")
+@click.option("--recompute-method", type=click.Choice(["uniform", "block"]), default="uniform",
+              show_default=True, help="Which layers full recompute checkpoints.")
 @click.option("--overlap/--no-overlap", default=False, help="Overlap grad reduce/param gather.")
 @click.option("--dist-optimizer", is_flag=True, help="Shard optimizer states over DP.")
 @click.option("--fsdp", is_flag=True, help="megatron-core FSDP.")

@@ -25,10 +25,24 @@ def cli():
     return kit_cli
 
 
+def bundle_path(stdout: str) -> Path:
+    """The last stdout line of ``run`` is the bundle path."""
+    return Path(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def gpt3_tiny_reference(tmp_path_factory) -> Path:
+    """One-process gpt3-tiny run (5 steps): the reference equivalent layouts must match."""
+    out = tmp_path_factory.mktemp("gpt3-tiny-tp1")
+    r = kit_cli("run", "gpt3-tiny", "--steps", "4", "--warmup", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return bundle_path(r.stdout)
+
+
 @pytest.fixture(scope="session")
 def cpu_bundle(tmp_path_factory) -> Path:
     """One real 2-rank (TP 2) gpt3-tiny CPU run's bundle, shared: copy it before changing it."""
     out = tmp_path_factory.mktemp("cpu-run")
     r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    return Path(r.stdout.strip().splitlines()[-1])
+    return bundle_path(r.stdout)

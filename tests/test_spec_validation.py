@@ -79,10 +79,22 @@ def test_all_violations_are_reported_on_one_line():
 
 
 def test_cpu_refuses_what_megatron_core_cannot_run_there():
-    assert "pipeline parallelism" in violation(workload="gpt3-tiny", pp=2)
-    assert "sequence parallelism" in violation(workload="gpt3-tiny", tp=2, sp=True)
-    assert "expert parallelism" in violation(workload="mixtral-tiny", ep=2, dp=2)
+    assert "device_type='cuda'" in violation(workload="gpt3-tiny", dp=2, fsdp=True)
+    assert "Transformer Engine" in violation(workload="gpt3-tiny", cp=2)
     assert "needs --sp" in violation(workload="mixtral-tiny", tp=2)
+
+
+def test_cpu_accepts_the_megatron_matrix():
+    """PP, VPP, SP, EP, the distributed optimizer, overlap and recompute all run on cpu now."""
+    cfg = resolve(RunRequest(workload="mixtral-tiny", tp=2, sp=True, dp=2, ep=2,
+                             dist_optimizer=True, overlap=True, recompute="full",
+                             recompute_method="block"))
+    assert cfg.world_size == 4 and cfg.optim.recompute_method == "block"
+    assert resolve(RunRequest(workload="gpt3-tiny", pp=2, vpp=2)).parallel.vpp == 2
+
+
+def test_fsdp_is_refused_on_gpus_until_wired():
+    assert "not wired" in violation(workload="gpt3-2.7b", platform="h100", fsdp=True)
 
 
 def test_scaled_variant_records_original_and_rule():
@@ -143,6 +155,6 @@ def test_dry_run_json_prints_resolved_config_or_error(cli):
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)
     assert cfg["parallel"] == {"tp": 2, "pp": 1, "dp": 16, "cp": 1, "ep": 4, "vpp": None,
-                               "sp": True}
+                               "sp": True, "moe_dispatcher": "alltoall"}
     r = cli("run", "gpt3-tiny", "--tp", "3", "--dry-run", "--json", timeout=120)
     assert r.returncode == 2 and "divisible" in json.loads(r.stdout)["error"]

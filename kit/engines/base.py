@@ -30,6 +30,9 @@ class StepResult:
     """Mean training loss of the step on this rank (null on ranks that compute none)."""
     tokens: int
     """Tokens this rank's data-parallel replica consumed in the step."""
+    phases: dict[str, float] | None = None
+    """Seconds of the step by phase (forward, backward, pipeline p2p, grad sync, optimizer)
+    where the engine can time them without changing the step; null elsewhere."""
 
 
 @dataclass

@@ -29,6 +29,8 @@ class StepRecord:
     tokens: int
     loss: float | None
     gpu_energy_j: float | None = None
+    phases: dict[str, float] | None = None
+    """Seconds of the step by phase, where the engine measures them (StepResult.phases)."""
 
 
 @dataclass

@@ -94,6 +94,14 @@ def steps_table(results: list[RankResult | None]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
 
 
+def phase_means(res: RankResult) -> dict[str, float] | None:
+    """Mean seconds per measured step by phase on one rank; null where none was timed."""
+    timed = [s.phases for s in res.steps if s.phase == "measured" and s.phases]
+    if not timed:
+        return None
+    return {k: sum(p[k] for p in timed) / len(timed) for k in timed[0]}
+
+
 def rank_records(cfg: RunConfig, results: list[RankResult | None], status: str) -> list[RankRecord]:
     """Manifest entries for every rank, including ranks that died silently."""
     out = []
@@ -223,7 +231,9 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
         summary=summary,
         per_rank=[{"rank": r.rank, "status": r.status, "mem_peak_bytes": r.mem_peak_bytes,
                    "measured_steps": sum(s.phase == "measured" for s in r.steps),
-                   "zeus_measured_energy_j": r.measured_energy_j, **r.placement}
+                   "zeus_measured_energy_j": r.measured_energy_j,
+                   "stage": r.placement.get("pp_rank", 0), "phase_time_s": phase_means(r),
+                   **r.placement}
                   for r in results if r],
         per_device=per_device,
         power=power,

@@ -136,7 +136,9 @@ def run_rank(staging: Path) -> int:
             energy = None
             if zeus is not None and phase == "measured":
                 zeus, energy = zeus.end_step(step)
-            result.steps.append(StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy))
+            result.steps.append(
+                StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy, out.phases)
+            )
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
             if progress is not None:
                 progress.write(json.dumps({"step": step, "dt": t1 - t0, "loss": out.loss}) + "\n")

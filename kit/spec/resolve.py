@@ -8,7 +8,13 @@ from kit.errors import KitInputError
 from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
-from kit.spec.run import OptimizationConfig, ParallelConfig, Recompute, RunConfig
+from kit.spec.run import (
+    OptimizationConfig,
+    ParallelConfig,
+    Recompute,
+    RecomputeMethod,
+    RunConfig,
+)
 from kit.spec.validate import layout_violations
 from kit.spec.workload import ScalingRecord, WorkloadSpec
 
@@ -30,9 +36,11 @@ class RunRequest(BaseModel):
     ep: int = Field(1, gt=0)
     vpp: int | None = Field(None, gt=0)
     sp: bool = False
+    moe_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
     micro_batch_size: int | None = Field(None, gt=0)
     global_batch_size: int | None = Field(None, gt=0)
     recompute: Recompute = "none"
+    recompute_method: RecomputeMethod = "uniform"
     overlap: bool = False
     dist_optimizer: bool = False
     fsdp: bool = False
@@ -121,11 +129,11 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         devices_per_node=per_node,
         parallel=ParallelConfig(
             tp=req.tp, pp=req.pp, dp=_data_parallel(req, platform, per_node), cp=req.cp, ep=req.ep,
-            vpp=req.vpp, sp=req.sp,
+            vpp=req.vpp, sp=req.sp, moe_dispatcher=req.moe_dispatcher,
         ),
         optim=OptimizationConfig(
             recompute=req.recompute, overlap=req.overlap, dist_optimizer=req.dist_optimizer,
-            fsdp=req.fsdp, zero=req.zero,
+            fsdp=req.fsdp, zero=req.zero, recompute_method=req.recompute_method,
         ),
         micro_batch_size=req.micro_batch_size or workload.micro_batch_size,
         global_batch_size=req.global_batch_size or workload.global_batch_size,

@@ -8,6 +8,7 @@ from kit.spec.platform import Dtype, PlatformSpec
 from kit.spec.workload import ScalingRecord, WorkloadSpec
 
 Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
 
 
 class ParallelConfig(BaseModel):
@@ -26,6 +27,9 @@ class ParallelConfig(BaseModel):
     ep: int = Field(1, gt=0, description="Expert-parallel degree (MoE only).")
     vpp: int | None = Field(None, gt=0, description="Virtual stages per pipeline rank; null = off.")
     sp: bool = Field(False, description="Sequence parallelism (needs tp > 1).")
+    moe_dispatcher: Literal["alltoall", "allgather"] = Field(
+        "alltoall", description="megatron-core MoE token dispatcher (MoE workloads only)."
+    )
 
     @property
     def world_size(self) -> int:
@@ -39,6 +43,10 @@ class OptimizationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     recompute: Recompute = Field("none", description="Activation recomputation granularity.")
+    recompute_method: RecomputeMethod = Field(
+        "uniform", description="Full recompute: 'uniform' checkpoints every layer's input, "
+        "'block' only the first layer of each pipeline stage (megatron's recompute_method)."
+    )
     overlap: bool = Field(False, description="Overlap grad reduce / param gather with compute.")
     dist_optimizer: bool = Field(False, description="Shard optimizer states across DP ranks.")
     fsdp: bool = Field(False, description="megatron-core's fully sharded data parallel.")

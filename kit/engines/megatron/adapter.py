@@ -66,3 +66,10 @@ def install_wgrad_accumulation(impl: Any) -> None:
 
     layers.fused_weight_gradient_mlp_cuda = impl
     layers._grad_accum_fusion_available = True
+
+
+def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
+    """Transformer layers of this rank's (virtual) pipeline stage."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    return get_num_layers_to_build(config, vp_stage=vp_stage)

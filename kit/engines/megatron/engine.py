@@ -1,9 +1,10 @@
 """The megatron-core training engine: one rank's model, optimizer and step loop.
 
-On GPUs it uses megatron-core end to end: its DDP wrapper (contiguous grad buffers, optional
-overlap and distributed optimizer) and its mixed-precision optimizer. On a CPU platform the
-grad buffers of that wrapper would be allocated on cuda, so data parallelism is a plain
-all-reduce of gradients over the data-parallel group and the optimizer is torch AdamW.
+megatron-core runs end to end on every platform: its DDP wrapper (contiguous grad buffers,
+optional overlap and distributed optimizer), its optimizer and its pipeline schedules. On a CPU
+platform :mod:`kit.engines.megatron.cpu_compat` first patches the places where megatron-core
+assumes CUDA, and weights are drawn layout-invariantly
+(:mod:`kit.engines.megatron.seeded_init`) so equivalent layouts train the same model.
 """
 
 import os
@@ -17,6 +18,7 @@ from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.megatron import adapter, speed
 from kit.engines.megatron.model import build_model_chunks, transformer_config
+from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.spec.run import RunConfig
 
 
@@ -42,6 +44,7 @@ class MegatronEngine(Engine):
         self.cfg: RunConfig | None = None
         self._cpu_mode: Any = None
         self._speed_notes: list[str] = []
+        self._phases: PhaseTimers | None = None
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
@@ -67,24 +70,22 @@ class MegatronEngine(Engine):
         p = cfg.parallel
         adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
         torch.manual_seed(cfg.seed)
-        if not cpu:
-            from megatron.core import tensor_parallel
+        from megatron.core import tensor_parallel
 
-            tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
+        tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
 
         if "wgrad_fusion" in speed.enabled(cfg):
             adapter.install_wgrad_accumulation(speed.WgradAccumulation)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:
-            self.model = chunks
-            self._params = [q for c in chunks for q in c.parameters()]
-            self.optimizer: Any = torch.optim.AdamW(
-                self._params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1
-            )
-            self.config.finalize_model_grads_func = self._allreduce_grads_cpu
-        else:
-            self._wrap_gpu(chunks)
+            from kit.engines.megatron.seeded_init import reinit_layout_invariant
+
+            for chunk in chunks:
+                reinit_layout_invariant(chunk, self.config, cfg.seed)
+        self._wrap_ddp(chunks)
+        # per-phase timers only where they do not change the step (see phase_timers)
+        self._phases = PhaseTimers(self.config) if cpu else None
 
         self.data = SyntheticTokens(
             vocab_size=cfg.workload.vocab_size,
@@ -109,7 +110,8 @@ class MegatronEngine(Engine):
             ep_rank=ps.get_expert_model_parallel_rank(),
         )
 
-    def _wrap_gpu(self, chunks: list[torch.nn.Module]) -> None:
+    def _wrap_ddp(self, chunks: list[torch.nn.Module]) -> None:
+        """Wrap chunks in megatron's DDP and build megatron's optimizer over them."""
         from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
@@ -132,7 +134,8 @@ class MegatronEngine(Engine):
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
         wrapped = []
         for i, chunk in enumerate(chunks):
-            chunk.cuda(torch.cuda.current_device())
+            if not cfg.platform.is_cpu:
+                chunk.cuda(torch.cuda.current_device())
             if "compile" in features:
                 speed.compile_layers([chunk])
             if cfg.dtype in ("bf16", "fp16"):
@@ -172,32 +175,14 @@ class MegatronEngine(Engine):
             if len(wrapped) == 1:
                 self.config.grad_sync_func = self.config.grad_sync_func[0]
 
-    def _allreduce_grads_cpu(self, model: list[torch.nn.Module], *_: Any, **__: Any) -> None:
-        """Average gradients over the data-parallel group (the CPU stand-in for megatron DDP)."""
-        from megatron.core import parallel_state as ps
-
-        if ps.get_data_parallel_world_size() == 1:
-            return
-        group = ps.get_data_parallel_group()
-        grads = [q.grad for q in self._params if q.grad is not None]
-        flat = torch._utils._flatten_dense_tensors(grads)
-        dist.all_reduce(flat, group=group)
-        flat /= ps.get_data_parallel_world_size()
-        synced = torch._utils._unflatten_dense_tensors(flat, grads)
-        for g, avg in zip(grads, synced, strict=True):
-            g.copy_(avg)
-
     def train_step(self, step: int) -> StepResult:
         """Run the micro-batches of one global batch through megatron-core's schedule."""
         cfg = self.cfg
         assert cfg is not None
         num_micro = cfg.grad_accum_steps
-        if cfg.platform.is_cpu:
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
-            for m in self.model:
-                m.zero_grad_buffer()
-            self.optimizer.zero_grad()
+        for m in self.model:
+            m.zero_grad_buffer()
+        self.optimizer.zero_grad()
         chunks = len(self.model)
         iters = [self.data.step_iterator(step, num_micro, self.device) for _ in range(chunks)]
         losses = self._fwd_bwd(
@@ -210,12 +195,16 @@ class MegatronEngine(Engine):
             forward_only=False,
             **adapter.forward_backward_kwargs(self._fwd_bwd),
         )
-        self.optimizer.step()
+        if self._phases is not None:
+            self._phases.time_optimizer(self.optimizer.step)
+        else:
+            self.optimizer.step()
         loss = None
         if self._is_last_stage and losses:
             loss = float(torch.stack([x["lm loss"] for x in losses]).mean())
         tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
-        return StepResult(loss=loss, tokens=tokens)
+        phases = self._phases.read() if self._phases is not None else None
+        return StepResult(loss=loss, tokens=tokens, phases=phases)
 
     def synchronize(self) -> None:
         """Wait for queued device work."""
@@ -236,7 +225,8 @@ class MegatronEngine(Engine):
                  *self._speed_notes]
         if self.cfg is not None and self.cfg.platform.is_cpu:
             notes.append(
-                "cpu: megatron-core with kit.engines.megatron.cpu_compat; DP by gloo all-reduce"
+                "cpu: megatron-core with kit.engines.megatron.cpu_compat over gloo; "
+                "weights drawn by kit.engines.megatron.seeded_init (layout-invariant)"
             )
         return EngineInfo(
             versions={"torch": torch.__version__, "megatron-core": str(adapter.mcore_version())},

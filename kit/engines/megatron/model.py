@@ -58,17 +58,20 @@ def transformer_config(cfg: RunConfig) -> Any:
     if o.recompute != "none":
         kwargs["recompute_granularity"] = o.recompute
         if o.recompute == "full":
-            kwargs.update(recompute_method="uniform", recompute_num_layers=1)
+            kwargs.update(recompute_method=o.recompute_method, recompute_num_layers=1)
     if w.is_moe:
         kwargs.update(
             num_moe_experts=w.num_experts,
             moe_router_topk=w.moe_top_k,
-            # the alltoall dispatcher creates CUDA streams; on CPU (EP 1) allgather is equivalent
-            moe_token_dispatcher_type="allgather" if cpu else "alltoall",
+            moe_token_dispatcher_type=p.moe_dispatcher,
             moe_router_load_balancing_type="aux_loss",
             moe_aux_loss_coeff=1e-2,
             moe_grouped_gemm=False,
         )
+    if cpu:
+        from kit.engines.megatron.cpu_compat import cpu_config_overrides
+
+        kwargs.update(cpu_config_overrides())
     return TransformerConfig(**kwargs)
 
 
@@ -84,13 +87,40 @@ def layer_spec(cfg: RunConfig) -> Any:
     return spec
 
 
+def decoder_spec(cfg: RunConfig, config: Any, vp_stage: int | None) -> Any:
+    """The decoder spec of one model chunk: the layer spec, or under SP a block spec.
+
+    The block spec puts :class:`~kit.engines.megatron.norms.SequenceParallelNorm` in every
+    layer and as the final norm (megatron-core's torch fallback norm refuses SP).
+    """
+    spec = layer_spec(cfg)
+    if not cfg.parallel.sp:
+        return spec
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlock,
+        TransformerBlockSubmodules,
+    )
+
+    from kit.engines.megatron.norms import SequenceParallelNorm
+
+    layer = spec.submodules
+    layer.input_layernorm = layer.pre_mlp_layernorm = SequenceParallelNorm
+    count = adapter.num_layers_to_build(config, vp_stage)
+    return ModuleSpec(
+        module=TransformerBlock,
+        submodules=TransformerBlockSubmodules(
+            layer_specs=[spec] * count, layer_norm=SequenceParallelNorm
+        ),
+    )
+
+
 def build_model_chunks(cfg: RunConfig, config: Any) -> list[torch.nn.Module]:
     """One GPTModel per virtual pipeline stage held by this rank (one without VPP)."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     w = cfg.workload
-    spec = layer_spec(cfg)
     vocab = padded_vocab_size(w.vocab_size, cfg.parallel.tp)
     chunks = []
     for vp_stage in range(cfg.parallel.vpp or 1):
@@ -98,7 +128,7 @@ def build_model_chunks(cfg: RunConfig, config: Any) -> list[torch.nn.Module]:
         extra = {"vp_stage": vp} if cfg.parallel.vpp else {}
         model = GPTModel(
             config=config,
-            transformer_layer_spec=spec,
+            transformer_layer_spec=decoder_spec(cfg, config, vp),
             vocab_size=vocab,
             max_sequence_length=w.seq_length,
             pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),

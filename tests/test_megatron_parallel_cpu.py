@@ -1,0 +1,133 @@
+"""megatron-core's parallel layouts on the CPU over gloo, end to end through the CLI.
+
+Equivalent layouts of the same seed train the same model on the same data, so their loss
+series match a one-process run within fp32 rounding (the CPU path draws weights
+layout-invariantly, kit.engines.megatron.seeded_init). A data-parallel run's step loss is the
+mean of its replicas' losses.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kit.bundle.verify import verify_bundle
+
+from .conftest import bundle_path
+
+# fp32 rounding differs between layouts (reduction order); a layout bug moves the loss far more
+# (the gloo batch_p2p_comm swap under interleaved PP changes the first loss by 1.5e-4).
+REL = 1e-5
+
+
+def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
+    rows = pq.read_table(bundle / "steps.parquet").to_pylist()
+    out: dict[int, list[float]] = {}
+    for r in sorted(rows, key=lambda r: (r["rank"], r["step"])):
+        out.setdefault(r["rank"], []).append(r["loss"])
+    return out
+
+
+def run_ok(cli, tmp_path: Path, *args: str) -> Path:
+    r = cli("run", *args, "--steps", "2", "--warmup", "1", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    bundle = bundle_path(r.stdout)
+    verify_bundle(bundle)
+    return bundle
+
+
+def reference(bundle: Path, steps: int = 3) -> list[float]:
+    return losses_by_rank(bundle)[0][:steps]
+
+
+def test_tp2_with_sequence_parallel_matches_one_process(cli, tmp_path, gpt3_tiny_reference):
+    losses = losses_by_rank(run_ok(cli, tmp_path, "gpt3-tiny", "--tp", "2", "--sp"))
+    assert losses[0] == losses[1]
+    assert losses[0] == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+
+
+def test_pp2_1f1b_with_full_block_recompute_matches_one_process(
+    cli, tmp_path, gpt3_tiny_reference
+):
+    bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--pp", "2", "--recompute", "full",
+                    "--recompute-method", "block")
+    losses = losses_by_rank(bundle)
+    assert losses[0] == [None] * 3  # the first stage computes no loss
+    assert losses[1] == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+    rows = pq.read_table(bundle / "steps.parquet").to_pylist()
+    assert {(r["rank"], r["stage"]) for r in rows} == {(0, 0), (1, 1)}
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert [x["stage"] for x in m["ranks"]] == [0, 1]
+
+
+def test_interleaved_pp_matches_one_process_and_times_each_stage(
+    cli, tmp_path, gpt3_tiny_reference
+):
+    """PP2 x VPP2 over gloo: the p2p batching trap would swap activations and gradients."""
+    bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--pp", "2", "--vpp", "2")
+    assert losses_by_rank(bundle)[1] == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+    per_rank = json.loads((bundle / "metrics.json").read_text())["per_rank"]
+    assert [r["stage"] for r in per_rank] == [0, 1]
+    for r in per_rank:
+        phases = r["phase_time_s"]
+        assert set(phases) == {"forward_s", "backward_s", "pipeline_p2p_s", "grad_sync_s",
+                               "optimizer_s"}
+        assert phases["forward_s"] > 0 and phases["backward_s"] > 0
+        assert phases["pipeline_p2p_s"] > 0 and phases["optimizer_s"] > 0
+
+
+def test_dp2_distributed_optimizer_with_overlap_matches_one_process(
+    cli, tmp_path, gpt3_tiny_reference
+):
+    bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--dp", "2", "--dist-optimizer", "--overlap")
+    losses = losses_by_rank(bundle)
+    assert losses[0] != losses[1]  # replicas see different data
+    mean = [(a + b) / 2 for a, b in zip(losses[0], losses[1], strict=True)]
+    assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+
+
+@pytest.fixture(scope="module")
+def mixtral_dp2(tmp_path_factory) -> Path:
+    from .conftest import kit_cli
+
+    return run_ok(kit_cli, tmp_path_factory.mktemp("mixtral-dp2"), "mixtral-tiny", "--dp", "2")
+
+
+def test_moe_trains_data_parallel(mixtral_dp2):
+    losses = losses_by_rank(mixtral_dp2)
+    assert losses[0] != losses[1] and all(math.isfinite(x) for x in losses[0] + losses[1])
+
+
+def test_ep2_allgather_matches_ep1_alltoall(cli, tmp_path, mixtral_dp2):
+    """Experts split over two ranks (allgather dispatcher) train the same model as EP 1."""
+    bundle = run_ok(cli, tmp_path, "mixtral-tiny", "--dp", "2", "--ep", "2",
+                    "--moe-dispatcher", "allgather")
+    m = json.loads((bundle / "metrics.json").read_text())
+    assert [r["ep_rank"] for r in m["per_rank"]] == [0, 1]
+    ep2, ep1 = losses_by_rank(bundle), losses_by_rank(mixtral_dp2)
+    for rank in (0, 1):
+        assert ep2[rank] == pytest.approx(ep1[rank], rel=REL)
+
+
+@pytest.mark.parametrize(("flag", "why"), [
+    (["--dp", "2", "--fsdp"], "device_type='cuda'"),
+    (["--cp", "2"], "Transformer Engine"),
+])
+def test_a_cpu_layout_nothing_can_run_is_refused(cli, tmp_path, flag, why):
+    r = cli("run", "gpt3-tiny", *flag, "--steps", "1", "--out", str(tmp_path))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0]
+    assert not any(tmp_path.iterdir())  # no rank started, no bundle
+
+
+def test_four_ranks_tp2_sp_ep2_dp2_distributed_optimizer_matches_ep1(cli, tmp_path, mixtral_dp2):
+    """MoE under TP + SP, alltoall dispatcher: its uneven token all-gathers run over gloo."""
+    bundle = run_ok(cli, tmp_path, "mixtral-tiny", "--tp", "2", "--sp", "--dp", "2", "--ep", "2",
+                    "--dist-optimizer")
+    tp_ep, ep1 = losses_by_rank(bundle), losses_by_rank(mixtral_dp2)
+    assert tp_ep[0] == tp_ep[1] and tp_ep[2] == tp_ep[3]  # TP peers share a replica's loss
+    assert tp_ep[0] == pytest.approx(ep1[0], rel=REL)
+    assert tp_ep[2] == pytest.approx(ep1[1], rel=REL)
