@@ -14,9 +14,9 @@ def engine_violations(cfg: RunConfig) -> list[str]:
         from kit.engines.megatron.support import megatron_violations
 
         return megatron_violations(cfg)
-    return [
-        "the deepspeed engine is not available in this kit version yet; use --engine megatron"
-    ]
+    from kit.engines.deepspeed.support import deepspeed_violations
+
+    return deepspeed_violations(cfg)
 
 
 def build_engine(cfg: RunConfig) -> Engine:
@@ -25,4 +25,8 @@ def build_engine(cfg: RunConfig) -> Engine:
         from kit.engines.megatron.engine import MegatronEngine
 
         return MegatronEngine()
+    if cfg.engine == "deepspeed":
+        from kit.engines.deepspeed.engine import DeepSpeedEngine
+
+        return DeepSpeedEngine()
     raise ValueError(f"unknown engine {cfg.engine}")

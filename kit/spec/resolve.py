@@ -37,6 +37,7 @@ class RunRequest(BaseModel):
     dist_optimizer: bool = False
     fsdp: bool = False
     zero: Literal[0, 1, 2, 3] = 0
+    offload: bool = False
     steps: int = Field(20, gt=0)
     warmup: int = Field(3, ge=0)
     telemetry_interval_ms: int = Field(20, ge=0)
@@ -125,7 +126,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         ),
         optim=OptimizationConfig(
             recompute=req.recompute, overlap=req.overlap, dist_optimizer=req.dist_optimizer,
-            fsdp=req.fsdp, zero=req.zero,
+            fsdp=req.fsdp, zero=req.zero, offload=req.offload,
         ),
         micro_batch_size=req.micro_batch_size or workload.micro_batch_size,
         global_batch_size=req.global_batch_size or workload.global_batch_size,
