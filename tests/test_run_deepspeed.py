@@ -20,6 +20,10 @@ from .test_run_cpu import bundle_of, losses_by_rank
 
 STEPS = ("--steps", "2", "--warmup", "1")
 FP32_REL = 1e-5
+PIPE_REL = 1e-4
+"""Under PP the tied embedding's two gradient halves are summed by an all-reduce between the
+stages instead of by autograd in one buffer; Adam's normalized update turns that last-bit
+difference in near-zero gradients into ~1e-5 relative loss differences after a few steps."""
 
 
 def deepspeed_run(out: Path, *args: str) -> Path:
@@ -80,8 +84,10 @@ def test_pipeline_engine_matches_unsplit_model(runs):
     losses = losses_by_rank(bundle)
     assert losses[0] == [None] * 3 and losses[1] == [None] * 3  # first stage computes no loss
     base = losses_by_rank(runs["zero0"])
-    assert losses[2] == pytest.approx(base[0], rel=FP32_REL)
-    assert losses[3] == pytest.approx(base[1], rel=FP32_REL)
+    for pipe_rank, dp_rank in ((2, 0), (3, 1)):
+        # same weights and batches: the first step's loss is the same forward pass
+        assert losses[pipe_rank][0] == pytest.approx(base[dp_rank][0], rel=1e-6)
+        assert losses[pipe_rank] == pytest.approx(base[dp_rank], rel=PIPE_REL)
 
 
 def test_mixtral_moe_trains_with_deepspeed_moe_layer(tmp_path):

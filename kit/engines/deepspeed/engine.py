@@ -1,7 +1,8 @@
 """The DeepSpeed training engine: one rank's ZeRO or pipeline engine and its step loop.
 
-Without pipeline parallelism the whole model (:class:`~kit.engines.deepspeed.model.CausalLM`)
-is wrapped by ``deepspeed.initialize`` with ZeRO stage 0-3; each micro-batch is a forward,
+Without pipeline parallelism the whole model (:class:`~kit.engines.deepspeed.model.CausalLM`,
+built under ``deepspeed.zero.Init`` for ZeRO-3) is wrapped by ``deepspeed.initialize`` with ZeRO
+stage 0-3; each micro-batch is a forward,
 ``engine.backward`` and ``engine.step`` (DeepSpeed steps the optimizer at the last micro-batch).
 With ``--pp`` > 1 the model is a ``PipelineModule`` and one ``train_batch`` runs DeepSpeed's
 1F1B schedule over the step's micro-batches. Data are the kit's synthetic tokens, indexed by the
@@ -68,7 +69,7 @@ class DeepSpeedEngine(Engine):
             module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
             params: Any = [q for q in module.parameters() if q.requires_grad]
         else:
-            module = CausalLM(w, vocab, cfg.seed, recompute)
+            module = self._build_model(cfg, vocab, recompute, config)
             params = list(module.parameters())
             if w.is_moe:
                 from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
@@ -99,6 +100,21 @@ class DeepSpeedEngine(Engine):
             pp_rank=pp_rank,
             dp_rank=dp_rank,
         )
+
+    def _build_model(
+        self, cfg: RunConfig, vocab: int, recompute: bool, config: dict[str, Any]
+    ) -> CausalLM:
+        """The whole model; under ZeRO-3 partitioned layer by layer as it is built.
+
+        ``deepspeed.zero.Init`` keeps a rank from ever holding the full model, so ZeRO-3 runs
+        models larger than one device's (or the host's) memory.
+        """
+        import deepspeed
+
+        if cfg.optim.zero != 3:
+            return CausalLM(cfg.workload, vocab, cfg.seed, recompute)
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            return CausalLM(cfg.workload, vocab, cfg.seed, recompute)
 
     def _pipe_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The pipeline's loss function on the last stage; keeps each micro-batch's loss."""

@@ -3,8 +3,11 @@
 One recipe (:func:`layer_recipes`) lists the layers of a workload in order; :class:`CausalLM`
 builds all of them in one process (for ZeRO) and :func:`pipeline_module` hands the same
 recipe to DeepSpeed's ``PipelineModule``, which builds only the layers of its own stage.
-Every layer draws its initial weights from a generator seeded by (run seed, layer index), so
-both paths start from identical weights and a pipelined run can be compared with an unsplit one.
+Every layer draws its initial weights on the CPU from its own generator seeded by (run seed,
+layer index), inside the constructor of the module that owns them, so every path starts from
+identical weights: all layers in one process, one pipeline stage's layers, or a model built
+under ZeRO-3's ``deepspeed.zero.Init`` (which partitions each module's parameters as soon as
+its constructor returns, and may allocate them on the GPU).
 
 Initialization follows megatron-core's defaults in distribution (not in values: megatron
 draws the whole model from one stream in its own order): weights N(0, 0.02), the output
@@ -14,9 +17,8 @@ heads without repeating key/value); RoPE rotates the two halves of each head, as
 """
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,18 +38,28 @@ def layer_seed(seed: int, index: int) -> int:
     return seed * 100_003 + index
 
 
-@contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Run the block with torch's CPU generator at ``seed``, restoring its state afterwards."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
+def _fill_normal(param: torch.Tensor, std: float, gen: torch.Generator) -> None:
+    """Fill ``param`` with N(0, std) drawn on the CPU from ``gen``, whatever device holds it."""
+    with torch.no_grad():
+        draw = torch.randn(param.shape, generator=gen, device="cpu", dtype=torch.float32)
+        param.copy_(draw * std)
 
 
-def _init_linear(layer: nn.Linear, std: float) -> None:
-    nn.init.normal_(layer.weight, mean=0.0, std=std)
-    if layer.bias is not None:
-        nn.init.zeros_(layer.bias)
+class InitLinear(nn.Linear):
+    """``nn.Linear`` with N(0, std) weights from ``gen`` and zero bias, set in its constructor."""
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, std: float, gen: torch.Generator
+    ) -> None:
+        super().__init__(in_features, out_features, bias)
+        self.reset_from(std, gen)
+
+    def reset_from(self, std: float, gen: torch.Generator) -> None:
+        """Draw new weights from ``gen``; zero the bias."""
+        _fill_normal(self.weight, std, gen)
+        if self.bias is not None:
+            with torch.no_grad():
+                self.bias.zero_()
 
 
 def _norm(w: WorkloadSpec) -> nn.Module:
@@ -74,16 +86,15 @@ def _rotate(x: torch.Tensor, theta: float) -> torch.Tensor:
 class Attention(nn.Module):
     """Causal self-attention with grouped-query heads and optional RoPE."""
 
-    def __init__(self, w: WorkloadSpec) -> None:
+    def __init__(self, w: WorkloadSpec, gen: torch.Generator) -> None:
         super().__init__()
         self.heads, self.groups = w.num_attention_heads, w.query_groups
         self.head_dim = w.hidden_size // w.num_attention_heads
         self.rope_theta = w.rope_theta if w.position_embedding == "rope" else None
         kv = self.groups * self.head_dim
-        self.qkv = nn.Linear(w.hidden_size, self.heads * self.head_dim + 2 * kv, w.add_bias_linear)
-        self.proj = nn.Linear(self.heads * self.head_dim, w.hidden_size, w.add_bias_linear)
-        _init_linear(self.qkv, INIT_STD)
-        _init_linear(self.proj, _output_std(w))
+        q = self.heads * self.head_dim
+        self.qkv = InitLinear(w.hidden_size, q + 2 * kv, w.add_bias_linear, INIT_STD, gen)
+        self.proj = InitLinear(q, w.hidden_size, w.add_bias_linear, _output_std(w), gen)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, seq, hidden] -> [batch, seq, hidden]."""
@@ -104,14 +115,13 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """Feed-forward block: GELU, or SwiGLU (one h -> 2f GEMM split into gate and value)."""
 
-    def __init__(self, w: WorkloadSpec) -> None:
+    def __init__(self, w: WorkloadSpec, gen: torch.Generator) -> None:
         super().__init__()
         self.gated = w.activation == "swiglu"
         width = w.ffn_hidden_size * (2 if self.gated else 1)
-        self.fc1 = nn.Linear(w.hidden_size, width, w.add_bias_linear)
-        self.fc2 = nn.Linear(w.ffn_hidden_size, w.hidden_size, w.add_bias_linear)
-        _init_linear(self.fc1, INIT_STD)
-        _init_linear(self.fc2, _output_std(w))
+        self.fc1 = InitLinear(w.hidden_size, width, w.add_bias_linear, INIT_STD, gen)
+        self.fc2 = InitLinear(w.ffn_hidden_size, w.hidden_size, w.add_bias_linear,
+                              _output_std(w), gen)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[..., hidden] -> [..., hidden]."""
@@ -132,14 +142,14 @@ class MoEMLP(nn.Module):
     reported language-model loss; the kit reports the same).
     """
 
-    def __init__(self, w: WorkloadSpec) -> None:
+    def __init__(self, w: WorkloadSpec, gen: torch.Generator) -> None:
         super().__init__()
         from deepspeed.moe.layer import MoE
 
         assert w.num_experts is not None
         self.moe = MoE(
             hidden_size=w.hidden_size,
-            expert=MLP(w),
+            expert=MLP(w, gen),
             num_experts=w.num_experts,
             ep_size=1,
             k=w.moe_top_k,
@@ -148,10 +158,10 @@ class MoEMLP(nn.Module):
             top2_2nd_expert_sampling=False,
         )
         # DeepSpeed deep-copies one expert: give each its own initial weights.
-        for expert in self.moe.deepspeed_moe.experts.deepspeed_experts:
-            _init_linear(expert.fc1, INIT_STD)
-            _init_linear(expert.fc2, _output_std(w))
-        _init_linear(self.moe.deepspeed_moe.gate.wg, INIT_STD)
+        for expert in self.moe.deepspeed_moe.experts.deepspeed_experts[1:]:
+            expert.fc1.reset_from(INIT_STD, gen)
+            expert.fc2.reset_from(_output_std(w), gen)
+        _fill_normal(self.moe.deepspeed_moe.gate.wg.weight, INIT_STD, gen)
         self.aux_loss: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -166,11 +176,11 @@ class Block(nn.Module):
 
     def __init__(self, w: WorkloadSpec, init_seed: int) -> None:
         super().__init__()
-        with _seeded(init_seed):
-            self.attn_norm = _norm(w)
-            self.attn = Attention(w)
-            self.mlp_norm = _norm(w)
-            self.mlp = MoEMLP(w) if w.is_moe else MLP(w)
+        gen = torch.Generator().manual_seed(init_seed)
+        self.attn_norm = _norm(w)
+        self.attn = Attention(w, gen)
+        self.mlp_norm = _norm(w)
+        self.mlp = MoEMLP(w, gen) if w.is_moe else MLP(w, gen)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, seq, hidden] -> [batch, seq, hidden]."""
@@ -179,22 +189,22 @@ class Block(nn.Module):
 
 
 class WordEmbedding(nn.Module):
-    """Token embedding; with tied embeddings its weight also produces the logits."""
+    """Token embedding; with tied embeddings the same module also produces the logits.
+
+    Both uses go through ``forward`` (token ids in: embeddings out; hidden states in: logits
+    out), so ZeRO-3 gathers the shared weight by its usual module hooks each time.
+    """
 
     def __init__(self, w: WorkloadSpec, vocab_size: int, init_seed: int) -> None:
         super().__init__()
-        with _seeded(init_seed):
-            self.weight = nn.Parameter(torch.empty(vocab_size, w.hidden_size))
-            nn.init.normal_(self.weight, mean=0.0, std=INIT_STD)
+        self.weight = nn.Parameter(torch.empty(vocab_size, w.hidden_size))
+        _fill_normal(self.weight, INIT_STD, torch.Generator().manual_seed(init_seed))
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """[batch, seq] token ids -> [batch, seq, hidden]."""
-        return F.embedding(tokens, self.weight)
-
-
-def tied_logits(embedding: WordEmbedding, x: torch.Tensor) -> torch.Tensor:
-    """Logits from the input embedding's weight (tied embeddings)."""
-    return F.linear(x, embedding.weight)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, seq] token ids -> [batch, seq, hidden]; [batch, seq, hidden] -> logits."""
+        if x.is_floating_point():
+            return F.linear(x, self.weight)
+        return F.embedding(x, self.weight)
 
 
 class PositionEmbedding(nn.Module):
@@ -202,9 +212,8 @@ class PositionEmbedding(nn.Module):
 
     def __init__(self, w: WorkloadSpec, init_seed: int) -> None:
         super().__init__()
-        with _seeded(init_seed):
-            self.weight = nn.Parameter(torch.empty(w.seq_length, w.hidden_size))
-            nn.init.normal_(self.weight, mean=0.0, std=INIT_STD)
+        self.weight = nn.Parameter(torch.empty(w.seq_length, w.hidden_size))
+        _fill_normal(self.weight, INIT_STD, torch.Generator().manual_seed(init_seed))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, seq, hidden] -> the same plus each position's embedding."""
@@ -228,9 +237,8 @@ class OutputLayer(nn.Module):
 
     def __init__(self, w: WorkloadSpec, vocab_size: int, init_seed: int) -> None:
         super().__init__()
-        with _seeded(init_seed):
-            self.weight = nn.Parameter(torch.empty(vocab_size, w.hidden_size))
-            nn.init.normal_(self.weight, mean=0.0, std=INIT_STD)
+        self.weight = nn.Parameter(torch.empty(vocab_size, w.hidden_size))
+        _fill_normal(self.weight, INIT_STD, torch.Generator().manual_seed(init_seed))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, seq, hidden] -> [batch, seq, vocab] logits."""
@@ -245,8 +253,6 @@ class LayerRecipe:
     kwargs: dict[str, Any]
     tie_key: str | None = None
     """Layers with the same key share one module (DeepSpeed's ``TiedLayerSpec`` key)."""
-    forward_fn: Callable[[Any, torch.Tensor], torch.Tensor] | None = field(default=None)
-    """How a repeated tied layer is applied (None: call the module)."""
 
 
 def layer_recipes(w: WorkloadSpec, vocab_size: int, seed: int) -> list[LayerRecipe]:
@@ -262,7 +268,7 @@ def layer_recipes(w: WorkloadSpec, vocab_size: int, seed: int) -> list[LayerReci
     ]
     out.append(LayerRecipe(FinalNorm, dict(w=w)))
     if w.tie_embeddings:
-        out.append(LayerRecipe(WordEmbedding, word, tie, forward_fn=tied_logits))
+        out.append(LayerRecipe(WordEmbedding, word, tie))
     else:
         out.append(LayerRecipe(
             OutputLayer,
@@ -292,7 +298,6 @@ class CausalLM(nn.Module):
         self.recompute = recompute
         tied: dict[str, nn.Module] = {}
         self.layers = nn.ModuleList()
-        self._forward_fns: list[Callable[[Any, torch.Tensor], torch.Tensor] | None] = []
         for recipe in layer_recipes(w, vocab_size, seed):
             if recipe.tie_key is not None and recipe.tie_key in tied:
                 module = tied[recipe.tie_key]
@@ -301,17 +306,14 @@ class CausalLM(nn.Module):
                 if recipe.tie_key is not None:
                     tied[recipe.tie_key] = module
             self.layers.append(module)
-            self._forward_fns.append(recipe.forward_fn)
 
     def forward(
         self, tokens: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Language-model loss, and the MoE router loss (None for a dense model)."""
         x = tokens
-        for layer, fn in zip(self.layers, self._forward_fns, strict=True):
-            if fn is not None:
-                x = fn(layer, x)
-            elif self.recompute and isinstance(layer, Block):
+        for layer in self.layers:
+            if self.recompute and isinstance(layer, Block):
                 x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)
@@ -341,7 +343,7 @@ def pipeline_module(
             specs.append(LayerSpec(r.cls, **r.kwargs))
         else:
             specs.append(TiedLayerSpec(
-                r.tie_key, r.cls, **r.kwargs, forward_fn=r.forward_fn, tied_weight_attr=["weight"]
+                r.tie_key, r.cls, **r.kwargs, tied_weight_attr=["weight"]
             ))
     return PipelineModule(
         layers=specs,
