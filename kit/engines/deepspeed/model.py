@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from kit.spec.workload import WorkloadSpec
 
@@ -314,7 +315,7 @@ class CausalLM(nn.Module):
         x = tokens
         for layer in self.layers:
             if self.recompute and isinstance(layer, Block):
-                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
+                x = checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)
         aux = [m.aux_loss for m in self.modules() if isinstance(m, MoEMLP)]
