@@ -19,6 +19,19 @@ def engine_violations(cfg: RunConfig) -> list[str]:
     return deepspeed_violations(cfg)
 
 
+def engine_missing(cfg: RunConfig) -> list[str]:
+    """Why the selected engine's framework cannot be imported on this host (empty when it can).
+
+    DeepSpeed is an optional extra; megatron-core is a dependency of the kit itself.
+    """
+    from importlib.util import find_spec
+
+    if cfg.engine == "deepspeed" and find_spec("deepspeed") is None:
+        return ["DeepSpeed is not installed here; ./run.sh installs it, or run "
+                "DS_BUILD_OPS=0 pip install --no-build-isolation -e '.[deepspeed]'"]
+    return []
+
+
 def build_engine(cfg: RunConfig) -> Engine:
     """Instantiate the engine ``cfg`` selects."""
     if cfg.engine == "megatron":

@@ -142,6 +142,10 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         from kit.engines import engine_violations
 
         problems = engine_violations(cfg)
+    if not problems and require_present:
+        from kit.engines import engine_missing
+
+        problems = engine_missing(cfg)
     if problems:
         raise KitInputError("; ".join(problems))
     return cfg
