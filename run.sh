@@ -37,7 +37,12 @@ setup() {
     pip_install "$TORCH_REQ"
   fi
   # The torch now present satisfies the kit's torch>=2.6, so nothing here pulls another one.
-  pip_install -e ".[test]"
+  # DeepSpeed (the `deepspeed` extra) builds its wheel from source: DS_BUILD_OPS=0 leaves its
+  # C++ ops to just-in-time builds on first use, and --no-build-isolation builds it against
+  # the torch installed here (an isolated build would fetch another torch to build with), which
+  # needs setuptools in the environment.
+  pip_install "setuptools>=68"
+  DS_BUILD_OPS=0 pip_install --no-build-isolation -e ".[test,deepspeed]"
   touch "$STAMP"
 }
 

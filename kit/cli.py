@@ -43,6 +43,7 @@ def cli() -> None:
 @click.option("--dist-optimizer", is_flag=True, help="Shard optimizer states over DP.")
 @click.option("--fsdp", is_flag=True, help="megatron-core FSDP.")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, help="DeepSpeed ZeRO stage.")
+@click.option("--offload", is_flag=True, help="DeepSpeed: optimizer states and step on the host.")
 @click.option("--steps", type=int, default=20, show_default=True, help="Measured steps.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured steps first.")
 @click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,

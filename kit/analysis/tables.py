@@ -74,7 +74,9 @@ def resolved_summary(cfg: RunConfig) -> str:
         ["batch", f"micro {cfg.micro_batch_size} x accum {cfg.grad_accum_steps} x dp {p.dp} "
                   f"= global {cfg.global_batch_size} ({cfg.tokens_per_step} tokens)"],
         ["optimizations", f"recompute={o.recompute} overlap={o.overlap} "
-                          f"dist_optimizer={o.dist_optimizer} fsdp={o.fsdp}"],
+                          f"dist_optimizer={o.dist_optimizer} fsdp={o.fsdp}"
+                          + (f" zero={o.zero} offload={o.offload}"
+                             if cfg.engine == "deepspeed" else "")],
         ["dtype", cfg.dtype],
         ["steps", f"{cfg.warmup} warmup + {cfg.steps} measured"],
         ["parameters", f"{params_count(cfg.workload):,}"],

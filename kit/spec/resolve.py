@@ -45,6 +45,7 @@ class RunRequest(BaseModel):
     dist_optimizer: bool = False
     fsdp: bool = False
     zero: Literal[0, 1, 2, 3] = 0
+    offload: bool = False
     steps: int = Field(20, gt=0)
     warmup: int = Field(3, ge=0)
     telemetry_interval_ms: int = Field(20, ge=0)
@@ -133,7 +134,8 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         ),
         optim=OptimizationConfig(
             recompute=req.recompute, overlap=req.overlap, dist_optimizer=req.dist_optimizer,
-            fsdp=req.fsdp, zero=req.zero, recompute_method=req.recompute_method,
+            fsdp=req.fsdp, zero=req.zero, offload=req.offload,
+            recompute_method=req.recompute_method,
         ),
         micro_batch_size=req.micro_batch_size or workload.micro_batch_size,
         global_batch_size=req.global_batch_size or workload.global_batch_size,
@@ -149,6 +151,10 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         from kit.engines import engine_violations
 
         problems = engine_violations(cfg)
+    if not problems and require_present:
+        from kit.engines import engine_missing
+
+        problems = engine_missing(cfg)
     if problems:
         raise KitInputError("; ".join(problems))
     return cfg

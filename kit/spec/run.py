@@ -51,6 +51,11 @@ class OptimizationConfig(BaseModel):
     dist_optimizer: bool = Field(False, description="Shard optimizer states across DP ranks.")
     fsdp: bool = Field(False, description="megatron-core's fully sharded data parallel.")
     zero: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage (deepspeed engine).")
+    offload: bool = Field(
+        False,
+        description="Keep optimizer states and run the optimizer step in host memory "
+        "(DeepSpeed ZeRO-Offload; needs zero >= 1).",
+    )
 
 
 class RunConfig(BaseModel):

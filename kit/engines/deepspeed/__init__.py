@@ -1,0 +1,1 @@
+"""The DeepSpeed engine: the kit's workloads as plain PyTorch models under ZeRO or DeepSpeed PP."""

@@ -1,0 +1,182 @@
+"""The DeepSpeed training engine: one rank's ZeRO or pipeline engine and its step loop.
+
+Without pipeline parallelism the whole model (:class:`~kit.engines.deepspeed.model.CausalLM`,
+built under ``deepspeed.zero.Init`` for ZeRO-3) is wrapped by ``deepspeed.initialize`` with ZeRO
+stage 0-3; each micro-batch is a forward,
+``engine.backward`` and ``engine.step`` (DeepSpeed steps the optimizer at the last micro-batch).
+With ``--pp`` > 1 the model is a ``PipelineModule`` and one ``train_batch`` runs DeepSpeed's
+1F1B schedule over the step's micro-batches. Data are the kit's synthetic tokens, indexed by the
+data-parallel rank DeepSpeed assigns, so the batches match the megatron engine's.
+"""
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from kit.analysis.flops import padded_vocab_size
+from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
+from kit.engines.data import SyntheticTokens
+from kit.engines.deepspeed.config import deepspeed_config
+from kit.engines.deepspeed.environment import prepare_deepspeed_environment
+from kit.engines.deepspeed.model import (
+    MOE_AUX_LOSS_COEFF,
+    CausalLM,
+    lm_loss,
+    pipeline_module,
+)
+from kit.spec.run import RunConfig
+
+
+class DeepSpeedEngine(Engine):
+    """Train the kit's plain PyTorch model of a workload under DeepSpeed."""
+
+    name = "deepspeed"
+
+    def __init__(self) -> None:
+        self.cfg: RunConfig | None = None
+        self.engine: Any = None
+        self._pipe = False
+        self._pipe_losses: list[torch.Tensor] = []
+
+    def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
+        """Initialize DeepSpeed's communication, build the model and wrap it."""
+        cpu = cfg.platform.is_cpu
+        prepare_deepspeed_environment(cpu)
+        import deepspeed
+
+        self.cfg = cfg
+        if cpu:
+            self.device = torch.device("cpu")
+        else:
+            torch.cuda.set_device(local_rank)
+            self.device = torch.device("cuda", local_rank)
+        deepspeed.init_distributed(
+            dist_backend="gloo" if cpu else "nccl",
+            auto_mpi_discovery=False,
+            rank=rank,
+            world_size=world_size,
+            verbose=False,
+        )
+        torch.manual_seed(cfg.seed)
+        w, p = cfg.workload, cfg.parallel
+        vocab = padded_vocab_size(w.vocab_size)
+        recompute = cfg.optim.recompute == "full"
+        config = deepspeed_config(cfg)
+        self._pipe = p.pp > 1
+        if self._pipe:
+            module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
+            params: Any = [q for q in module.parameters() if q.requires_grad]
+        else:
+            module = self._build_model(cfg, vocab, recompute, config)
+            params = list(module.parameters())
+            if w.is_moe:
+                from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+                params = split_params_into_different_moe_groups_for_optimizer(
+                    {"params": params, "name": "parameters"}
+                )
+        self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params, config=config)
+        if self._pipe:
+            dp_rank = self.engine.grid.get_data_parallel_id()
+            pp_rank = self.engine.grid.get_stage_id()
+        else:
+            dp_rank, pp_rank = rank, 0
+        self.data = SyntheticTokens(
+            vocab_size=w.vocab_size,
+            seq_length=w.seq_length,
+            micro_batch_size=cfg.micro_batch_size,
+            seed=cfg.seed,
+            dp_rank=dp_rank,
+            dp_size=p.dp,
+        )
+        self._last_stage = pp_rank == p.pp - 1
+        return RankPlacement(
+            rank=rank,
+            local_rank=local_rank,
+            node=int(os.environ.get("GROUP_RANK", "0")),
+            tp_rank=0,
+            pp_rank=pp_rank,
+            dp_rank=dp_rank,
+        )
+
+    def _build_model(
+        self, cfg: RunConfig, vocab: int, recompute: bool, config: dict[str, Any]
+    ) -> CausalLM:
+        """The whole model; under ZeRO-3 partitioned layer by layer as it is built.
+
+        ``deepspeed.zero.Init`` keeps a rank from ever holding the full model, so ZeRO-3 runs
+        models larger than one device's (or the host's) memory.
+        """
+        import deepspeed
+
+        if cfg.optim.zero != 3:
+            return CausalLM(cfg.workload, vocab, cfg.seed, recompute)
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            return CausalLM(cfg.workload, vocab, cfg.seed, recompute)
+
+    def _pipe_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The pipeline's loss function on the last stage; keeps each micro-batch's loss."""
+        loss = lm_loss(logits, labels)
+        self._pipe_losses.append(loss.detach())
+        return loss
+
+    def train_step(self, step: int) -> StepResult:
+        """One optimizer step over the step's micro-batches."""
+        cfg = self.cfg
+        assert cfg is not None
+        num_micro = cfg.grad_accum_steps
+        batches = self.data.step_iterator(step, num_micro, self.device)
+        if self._pipe:
+            self._pipe_losses = []
+            self.engine.train_batch(data_iter=((b["tokens"], b["labels"]) for b in batches))
+            losses = self._pipe_losses if self._last_stage else []
+        else:
+            losses = []
+            for batch in batches:
+                loss, aux = self.engine(batch["tokens"], batch["labels"])
+                self.engine.backward(loss if aux is None else loss + MOE_AUX_LOSS_COEFF * aux)
+                self.engine.step()
+                losses.append(loss.detach())
+        mean = float(torch.stack(losses).float().mean()) if losses else None
+        tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
+        return StepResult(loss=mean, tokens=tokens)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak allocated device memory (CPU: the process's peak RSS)."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+    def info(self) -> EngineInfo:
+        """Versions of torch and DeepSpeed, and what DeepSpeed runs."""
+        from importlib.metadata import version
+
+        notes = ["model: kit plain PyTorch layers (kit.engines.deepspeed.model), core attention "
+                 "torch scaled_dot_product_attention"]
+        if self.cfg is not None:
+            o = self.cfg.optim
+            if self._pipe:
+                notes.append(f"deepspeed pipeline engine, {self.cfg.parallel.pp} stages, "
+                             f"ZeRO stage {o.zero}")
+            else:
+                notes.append(f"deepspeed ZeRO stage {o.zero}"
+                             + (", optimizer offloaded to the host" if o.offload else ""))
+        return EngineInfo(
+            versions={"torch": torch.__version__, "deepspeed": version("deepspeed")},
+            notes=notes,
+        )
+
+    def teardown(self) -> None:
+        """Destroy process groups."""
+        self.engine = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
