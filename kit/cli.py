@@ -91,6 +91,35 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         sys.exit(1)
 
 
+@cli.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True,
+              help="List every point as valid or skipped with the reason; launch nothing.")
+@click.option("--resume", is_flag=True,
+              help="Continue the sweep folder: keep points whose bundle verifies.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Directory that receives the sweep folder <out>/<name>/.")
+def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path) -> None:
+    """Run every valid point of SWEEP_FILE (YAML), one bundle each; see docs/sweeps.md."""
+    from kit.sweep.spec import load_sweep
+    from kit.sweep.tables import plan_table, summary_table
+
+    spec = load_sweep(sweep_file)
+    if dry_run:
+        from kit.sweep.plan import plan_sweep
+
+        click.echo(plan_table(plan_sweep(spec, require_present=False)))
+        click.echo("dry run: nothing launched")
+        return
+    from kit.sweep.runner import run_sweep
+
+    outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv)
+    click.echo(summary_table(outcome.index))
+    click.echo(str(outcome.folder.resolve()))
+    if outcome.any_failed:
+        sys.exit(1)
+
+
 @cli.group()
 def workloads() -> None:
     """Shipped workloads."""

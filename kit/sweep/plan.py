@@ -1,0 +1,92 @@
+"""Which points of a sweep can run here, and why each of the others is skipped.
+
+The checks are those of ``charllm-kit run`` in the same order it applies them: the sweep's own
+constraints, the run fields themselves, resolution and layout validation (divisibility, world
+size, engine support, platform present for a real run) and the memory estimate.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kit.analysis.memory import MemoryEstimate, estimate_memory, fit_refusal
+from kit.errors import KitInputError
+from kit.spec.loader import describe_validation_error
+from kit.spec.resolve import RunRequest, resolve
+from kit.spec.run import RunConfig
+from kit.sweep.spec import SweepSpec
+
+# Short forms of field names in point ids; other fields use their own name.
+_ID_NAMES = {"micro_batch_size": "mb", "global_batch_size": "gbs", "telemetry_interval_ms": "tel"}
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    """One point of the grid and its verdict."""
+
+    id: str
+    values: dict[str, Any]
+    request: RunRequest | None
+    cfg: RunConfig | None
+    memory: MemoryEstimate | None
+    skip_reason: str | None
+
+    @property
+    def valid(self) -> bool:
+        """Whether the point will run."""
+        return self.skip_reason is None
+
+
+def point_id(number: int, values: dict[str, Any]) -> str:
+    """A stable, readable folder name, e.g. ``003-gpt3-175b-tp2-pp16-sp``.
+
+    The number keeps ids unique and in file order; the rest names the point's axis values.
+    """
+    parts = [f"{number:03d}"]
+    for name, value in values.items():
+        short = _ID_NAMES.get(name, name)
+        if name == "workload":
+            parts.append(Path(str(value)).stem)
+        elif isinstance(value, bool):
+            parts.append(short if value else f"no{short}")
+        elif isinstance(value, str):
+            parts.append(f"{short}-{value}")
+        else:
+            parts.append(f"{short}{value}")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts))
+
+
+def _verdict(
+    spec: SweepSpec, values: dict[str, Any], require_present: bool
+) -> tuple[RunRequest | None, RunConfig | None, MemoryEstimate | None, str | None]:
+    fields = {**spec.base, **values}
+    try:
+        req = RunRequest.model_validate(fields)
+    except ValidationError as e:
+        return None, None, None, f"invalid run fields: {describe_validation_error(e)}"
+    defaulted = req.model_dump()
+    for rule in spec.skip_if:
+        try:
+            if rule.matches(defaulted):
+                return req, None, None, f"constraint: {rule.reason}"
+        except ValueError as e:
+            raise KitInputError(f"sweep {spec.name}: constraint {rule.if_!r} fails on "
+                                f"{values}: {e}") from None
+    try:
+        cfg = resolve(req, require_present=require_present)
+    except KitInputError as e:
+        return req, None, None, str(e)
+    memory = estimate_memory(cfg)
+    return req, cfg, memory, fit_refusal(memory)
+
+
+def plan_sweep(spec: SweepSpec, require_present: bool) -> list[PlannedPoint]:
+    """Every point of ``spec`` with its verdict; ``require_present`` for a real run here."""
+    out = []
+    for number, values in enumerate(spec.points(), 1):
+        req, cfg, memory, reason = _verdict(spec, values, require_present)
+        out.append(PlannedPoint(point_id(number, values), values, req, cfg, memory, reason))
+    return out
