@@ -23,11 +23,11 @@ EXPECTED = {
     "h200-parallelism": (13, 13),
     "h200-optimization": (52, 44),
     "h200-microbatch": (52, 51),
-    "h200-fsdp": (8, 8),
+    "h200-fsdp": (8, 0),  # --fsdp is refused until megatron-core FSDP is wired into the engine
     "h100-parallelism": (15, 14),
     "h100-optimization": (60, 42),
     "h100-microbatch": (60, 55),
-    "h100-fsdp": (8, 6),
+    "h100-fsdp": (8, 0),
 }
 
 ODD_ROPE = (  # megatron-core rejects it when it builds the model: RoPE needs an even head dim
@@ -51,7 +51,8 @@ def test_shipped_sweep_plans(name):
         if p.valid:
             assert p.cfg is not None and p.memory is not None and p.memory.fits is not False
         else:
-            assert "predicted not to fit" in p.skip_reason or "divisible" in p.skip_reason
+            assert any(why in p.skip_reason
+                       for why in ("predicted not to fit", "divisible", "--fsdp is not wired"))
 
 
 def _layouts(name: str) -> set[tuple]:
