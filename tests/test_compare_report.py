@@ -47,7 +47,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     short = ["--steps", "3", "--warmup", "1"]
     argv = {"tp1a": ["gpt3-tiny", *short, "--out", str(out / "a")],
             "tp1b": ["gpt3-tiny", *short, "--out", str(out / "b")],
-            "tp2": ["gpt3-tiny", "--tp", "2", "--platform", str(replay), *short,
+            "tp2": ["gpt3-tiny", "--tp", "2", "--platform", str(replay), *short, "--profile",
                     "--out", str(out / "c")],
             "failed": [str(out / "odd-rope.yaml"), "--steps", "2", "--warmup", "0",
                        "--out", str(out / "d")]}
@@ -188,19 +188,11 @@ def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def profiled(runs, tmp_path_factory) -> Path:
-    """A copy of the TP2 (replay) bundle with a real torch.profiler Chrome trace in profile/."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    dest = tmp_path_factory.mktemp("profiled") / runs["tp2"].name
-    shutil.copytree(runs["tp2"], dest)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32))
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        model(torch.randn(4, 32)).sum().backward()
-    (dest / "profile").mkdir()
-    prof.export_chrome_trace(str(dest / "profile" / "rank0.json"))
-    return dest
+def profiled(runs) -> Path:
+    """The TP2 (replay) run, made with ``--profile``: one torch.profiler trace per rank."""
+    assert sorted(p.name for p in (runs["tp2"] / "profile").iterdir()) == [
+        "rank0.json", "rank1.json"]
+    return runs["tp2"]
 
 
 def figure_ids(text: str) -> set[str]:

@@ -12,12 +12,14 @@ import signal
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from kit.engines import build_engine
+from kit.launch.profiling import profiled_step, step_trace
 from kit.launch.rankfile import (
     PROGRESS_FILE,
     RankResult,
@@ -120,6 +122,9 @@ def run_rank(staging: Path) -> int:
         result.versions, result.notes = info.versions, info.notes
         print(f"rank {rank}: placement {result.placement}", flush=True)
         zeus = _zeus_windows(cfg, local_rank, result)
+        profile_at = profiled_step(cfg)
+        if profile_at is not None and not cfg.warmup:
+            result.notes.append("profiled step 0 is measured: its time includes the profiler's")
         status = "ok"
         for step in range(cfg.total_steps):
             if _any_rank_stopping(flag, engine.device):
@@ -130,8 +135,9 @@ def run_rank(staging: Path) -> int:
             if zeus is not None and phase == "measured":
                 zeus = zeus.begin_step(step)
             t0 = time.time()
-            out = engine.train_step(step)
-            engine.synchronize()
+            with step_trace(staging, rank) if step == profile_at else nullcontext():
+                out = engine.train_step(step)
+                engine.synchronize()
             t1 = time.time()
             energy = None
             if zeus is not None and phase == "measured":
