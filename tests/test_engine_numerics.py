@@ -50,6 +50,8 @@ def test_speed_features_are_gpu_only_and_checked(monkeypatch):
     h100 = resolve(RunRequest(workload="gpt3-1.3b", platform="h100"))
     assert speed.enabled(cpu) == frozenset()
     assert speed.enabled(h100) == speed.DEFAULT and "compile" not in speed.DEFAULT
+    mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
+    assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion"}
     assert speed.config_kwargs(h100, speed.DEFAULT)["gradient_accumulation_fusion"] is True
     monkeypatch.setenv("CHARLLM_SPEED", "none")
     assert speed.enabled(h100) == frozenset()

@@ -19,13 +19,18 @@ import torch
 from kit.spec.run import RunConfig
 
 FEATURES = ("fusions", "wgrad_fusion", "fused_adam", "compile")
-"""Speed features; all but ``compile`` are on by default on GPUs (each measured to pay)."""
+"""Speed features; all but ``compile`` are on by default on NVIDIA GPUs (each measured to pay)."""
 
 DEFAULT = frozenset(FEATURES) - {"compile"}
 
+DEFAULT_AMD = DEFAULT - {"wgrad_fusion"}
+"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, checked on CUDA
+only (no AMD GPU was reachable), so it stays off until a ROCm run shows it works."""
+
 
 def enabled(cfg: RunConfig) -> frozenset[str]:
-    """The speed features for ``cfg``: :data:`DEFAULT` on GPUs, none on CPU.
+    """The speed features for ``cfg``: :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD,
+    none on CPU.
 
     ``CHARLLM_SPEED`` (comma-separated subset of :data:`FEATURES`, or ``none``) overrides the
     default, for measuring what each feature buys.
@@ -34,7 +39,7 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
         return frozenset()
     env = os.environ.get("CHARLLM_SPEED")
     if env is None:
-        return DEFAULT
+        return DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
     chosen = frozenset(f for f in env.split(",") if f and f != "none")
     unknown = chosen - set(FEATURES)
     if unknown:
