@@ -31,8 +31,9 @@ only (no AMD GPU was reachable), so it stays off until a ROCm run shows it works
 def enabled(cfg: RunConfig) -> frozenset[str]:
     """The speed features for ``cfg``.
 
-    :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD, none on CPU. ``CHARLLM_SPEED`` (comma-separated subset of :data:`FEATURES`, or ``none``) overrides the
-    default, for measuring what each feature buys.
+    :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD, none on CPU. ``CHARLLM_SPEED``
+    (comma-separated subset of :data:`FEATURES`, or ``none``) overrides the default, for
+    measuring what each feature buys.
     """
     if cfg.platform.is_cpu:
         return frozenset()
