@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,6 +29,15 @@ def cli():
 def bundle_path(stdout: str) -> Path:
     """The last stdout line of ``run`` is the bundle path."""
     return Path(stdout.strip().splitlines()[-1])
+
+
+def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
+    """Each rank's loss per step, in step order, from a bundle's steps.parquet."""
+    rows = pq.read_table(bundle / "steps.parquet").to_pylist()
+    out: dict[int, list[float]] = {}
+    for r in sorted(rows, key=lambda r: (r["rank"], r["step"])):
+        out.setdefault(r["rank"], []).append(r["loss"])
+    return out
 
 
 @pytest.fixture(scope="session")

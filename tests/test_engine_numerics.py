@@ -11,6 +11,8 @@ import pytest
 
 from kit.spec.resolve import RunRequest, resolve
 
+from .conftest import bundle_path
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -36,7 +38,7 @@ def test_a_tiny_model_learns(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--steps", "20", "--warmup", "1", "--telemetry-interval-ms", "0",
             "--out", str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr
-    bundle = Path(r.stdout.strip().splitlines()[-1])
+    bundle = bundle_path(r.stdout)
     losses = [row["loss"] for row in pq.read_table(bundle / "steps.parquet").to_pylist()]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     # the synthetic progressions are learnable: 6.92 -> 6.67 on average in the reference run

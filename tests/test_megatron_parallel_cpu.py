@@ -15,19 +15,11 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 
-from .conftest import bundle_path
+from .conftest import bundle_path, losses_by_rank
 
 # fp32 rounding differs between layouts (reduction order); a layout bug moves the loss far more
 # (the gloo batch_p2p_comm swap under interleaved PP changes the first loss by 1.5e-4).
 REL = 1e-5
-
-
-def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
-    rows = pq.read_table(bundle / "steps.parquet").to_pylist()
-    out: dict[int, list[float]] = {}
-    for r in sorted(rows, key=lambda r: (r["rank"], r["step"])):
-        out.setdefault(r["rank"], []).append(r["loss"])
-    return out
 
 
 def run_ok(cli, tmp_path: Path, *args: str) -> Path:

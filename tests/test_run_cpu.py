@@ -19,20 +19,7 @@ from kit.bundle.reader import read_bundle
 from kit.bundle.schema import SUMMARY_KEYS
 from kit.bundle.verify import verify_bundle
 
-from .conftest import REPO
-
-
-def bundle_of(stdout: str) -> Path:
-    """The last stdout line of `run` is the bundle path."""
-    return Path(stdout.strip().splitlines()[-1])
-
-
-def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
-    rows = pq.read_table(bundle / "steps.parquet").to_pylist()
-    out: dict[int, list[float]] = {}
-    for r in sorted(rows, key=lambda r: (r["rank"], r["step"])):
-        out.setdefault(r["rank"], []).append(r["loss"])
-    return out
+from .conftest import REPO, bundle_path, losses_by_rank
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +31,7 @@ def tp2_bundle(tmp_path_factory):
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert r.returncode == 0, r.stderr
-    return bundle_of(r.stdout), r
+    return bundle_path(r.stdout), r
 
 
 def test_tp2_trains_and_writes_a_verifiable_bundle(tp2_bundle):
@@ -98,7 +85,7 @@ def test_tp2_dp2_runs_four_ranks(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--tp", "2", "--dp", "2", "--steps", "3", "--warmup", "1",
             "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    bundle = bundle_of(r.stdout)
+    bundle = bundle_path(r.stdout)
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
     assert [(x["tp_rank"], x["dp_rank"]) for x in m["ranks"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
@@ -134,7 +121,7 @@ def test_sigterm_ends_with_interrupted_and_a_complete_bundle(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
-    bundle = bundle_of(out)
+    bundle = bundle_path(out)
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["status"] == "interrupted" and "signal" in m["error"]
@@ -152,7 +139,7 @@ def test_a_crashing_rank_gives_status_failed(tmp_path):
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
-    bundle = bundle_of(out)
+    bundle = bundle_path(out)
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["status"] == "failed" and m["error"]
@@ -170,7 +157,7 @@ def test_an_exception_in_a_rank_is_recorded(cli, tmp_path):
     )
     r = cli("run", str(wl), "--steps", "2", "--warmup", "0", "--out", str(tmp_path / "out"))
     assert r.returncode == 1
-    bundle = bundle_of(r.stdout)
+    bundle = bundle_path(r.stdout)
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["status"] == "failed" and m["error"].startswith("rank 0: ")

@@ -15,8 +15,7 @@ import pytest
 from kit.bundle.reader import read_bundle
 from kit.bundle.verify import verify_bundle
 
-from .conftest import kit_cli
-from .test_run_cpu import bundle_of, losses_by_rank
+from .conftest import bundle_path, kit_cli, losses_by_rank
 
 STEPS = ("--steps", "2", "--warmup", "1")
 FP32_REL = 1e-5
@@ -32,7 +31,7 @@ def deepspeed_run(out: Path, *args: str) -> Path:
     rest = args[1:] if args and not args[0].startswith("-") else args
     r = kit_cli("run", workload, "--engine", "deepspeed", *rest, *STEPS, "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
-    bundle = bundle_of(r.stdout)
+    bundle = bundle_path(r.stdout)
     verify_bundle(bundle)
     return bundle
 

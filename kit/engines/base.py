@@ -58,13 +58,18 @@ class Engine(ABC):
     def train_step(self, step: int) -> StepResult:
         """Run one optimizer step (all its micro-batches); return when this rank is done."""
 
-    @abstractmethod
     def synchronize(self) -> None:
         """Wait for this rank's device work to finish (a no-op on CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
-    @abstractmethod
     def peak_memory_bytes(self) -> int | None:
-        """Peak device memory allocated by this rank so far (null where not measurable)."""
+        """Peak device memory allocated by this rank so far (CPU: the process's peak RSS)."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
     @abstractmethod
     def info(self) -> EngineInfo:

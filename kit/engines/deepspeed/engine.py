@@ -143,19 +143,6 @@ class DeepSpeedEngine(Engine):
         tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
         return StepResult(loss=mean, tokens=tokens)
 
-    def synchronize(self) -> None:
-        """Wait for queued device work."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def peak_memory_bytes(self) -> int | None:
-        """Peak allocated device memory (CPU: the process's peak RSS)."""
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
     def info(self) -> EngineInfo:
         """Versions of torch and DeepSpeed, and what DeepSpeed runs."""
         from importlib.metadata import version

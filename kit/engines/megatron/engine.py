@@ -44,6 +44,7 @@ class MegatronEngine(Engine):
         self.cfg: RunConfig | None = None
         self._cpu_mode: Any = None
         self._speed_notes: list[str] = []
+        self._features: frozenset[str] = frozenset()
         self._phases: PhaseTimers | None = None
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
@@ -74,7 +75,8 @@ class MegatronEngine(Engine):
 
         tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
 
-        if "wgrad_fusion" in speed.enabled(cfg):
+        self._features = speed.enabled(cfg)
+        if "wgrad_fusion" in self._features:
             adapter.install_wgrad_accumulation(speed.WgradAccumulation)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
@@ -130,7 +132,7 @@ class MegatronEngine(Engine):
             use_distributed_optimizer=o.dist_optimizer,
             bucket_size=40_000_000 if o.overlap else None,
         )
-        features = speed.enabled(cfg)
+        features = self._features
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
         wrapped = []
         for i, chunk in enumerate(chunks):
@@ -205,19 +207,6 @@ class MegatronEngine(Engine):
         tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
         phases = self._phases.read() if self._phases is not None else None
         return StepResult(loss=loss, tokens=tokens, phases=phases)
-
-    def synchronize(self) -> None:
-        """Wait for queued device work."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def peak_memory_bytes(self) -> int | None:
-        """Peak allocated device memory (CPU: the process's peak RSS)."""
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
     def info(self) -> EngineInfo:
         """Versions of torch and megatron-core, and the attention implementation."""
