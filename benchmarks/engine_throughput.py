@@ -213,7 +213,12 @@ def main() -> None:
                 row = fn()
             except torch.OutOfMemoryError:
                 row = {"oom": True, "peak_mem_gib": torch.cuda.max_memory_allocated() / GiB}
+            except Exception as exc:  # a variant that breaks is a result; the others still run
+                row = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         rows[name] = row
+        if "error" in row:
+            print(f"{name:28s} failed: {row['error']}", flush=True)
+            return
         if row.get("oom"):
             print(f"{name:28s} out of memory (peak {row['peak_mem_gib']:.2f} GiB)", flush=True)
             return

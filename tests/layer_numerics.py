@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import yaml
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear
 
 from kit.engines.megatron.attention import SDPAttention
 from kit.engines.megatron.engine import MegatronEngine
+from kit.engines.megatron.linears import BiasAddColumnParallelLinear
 from kit.spec.loader import load_workload
 from kit.spec.resolve import RunRequest, resolve
 
@@ -93,10 +95,36 @@ def checks(workload: str) -> list[dict[str, object]]:
             out = out[0] if isinstance(out, tuple) else out
             # compare what the layer adds to its input: the residual stream would hide errors
             layer_err = _rel_err(out - x, reference_layer(layer, x, cfg) - x)
+        rows = [{"check": f"{w.name} attention", "rel_err": attention},
+                {"check": f"{w.name} layer", "rel_err": layer_err}]
+        if w.add_bias_linear:
+            rows.append({"check": f"{w.name} bias-add qkv",
+                         "rel_err": _bias_add_linear_err(layer.self_attention.linear_qkv, x)})
     finally:
         engine.teardown()
-    return [{"check": f"{w.name} attention", "rel_err": attention},
-            {"check": f"{w.name} layer", "rel_err": layer_err}]
+    return rows
+
+
+def _bias_add_linear_err(stock: torch.nn.Module, x: torch.Tensor) -> float:
+    """The GPU path's QKV linear against megatron's: output, input/weight/bias gradients.
+
+    Both are built fresh with the stock layer's weights (the stock layer's own parameters
+    hand their gradients to DDP's buffers).
+    """
+    results = []
+    for cls in (ColumnParallelLinear, BiasAddColumnParallelLinear):
+        module = cls(stock.input_size, stock.output_size, config=stock.config,
+                     init_method=lambda t: None, gather_output=False, bias=True,
+                     skip_bias_add=False)
+        with torch.no_grad():
+            module.weight.copy_(stock.weight)
+            module.bias.copy_(stock.bias)
+        inp = x.clone().requires_grad_()
+        out, bias = module(inp)
+        assert bias is None
+        out.pow(2).sum().backward()
+        results.append((out, inp.grad, module.weight.grad, module.bias.grad))
+    return max(_rel_err(got, want) for got, want in zip(results[1], results[0], strict=True))
 
 
 def llama_tiny(directory: Path) -> Path:

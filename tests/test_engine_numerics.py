@@ -29,7 +29,8 @@ def test_attention_and_layers_match_plain_references():
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert [row["check"] for row in rows] == [
-        "gpt3-tiny attention", "gpt3-tiny layer", "llama-tiny attention", "llama-tiny layer"]
+        "gpt3-tiny attention", "gpt3-tiny layer", "gpt3-tiny bias-add qkv",
+        "llama-tiny attention", "llama-tiny layer"]
     for row in rows:
         assert row["rel_err"] < 1e-5, row
 
@@ -53,10 +54,37 @@ def test_speed_features_are_gpu_only_and_checked(monkeypatch):
     assert speed.enabled(cpu) == frozenset()
     assert speed.enabled(h100) == speed.DEFAULT and "compile" not in speed.DEFAULT
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
-    assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion"}
+    assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion", "cuda_graph"}
     assert speed.config_kwargs(h100, speed.DEFAULT)["gradient_accumulation_fusion"] is True
     monkeypatch.setenv("CHARLLM_SPEED", "none")
     assert speed.enabled(h100) == frozenset()
     monkeypatch.setenv("CHARLLM_SPEED", "fusions,warp")
     with pytest.raises(ValueError, match="warp"):
         speed.enabled(h100)
+
+
+def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():
+    r = subprocess.run([sys.executable, "-m", "tests.cross_entropy_parallel", _free_port()],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [row["check"] for row in rows] == ["one rank loss", "one rank grad", "tp2 loss",
+                                              "tp2 grad"]
+    for row in rows:
+        assert row["rel_err"] < 1e-5, row
+
+
+def test_cuda_graph_only_where_the_step_is_capturable():
+    from kit.engines.megatron import speed
+
+    dense = resolve(RunRequest(workload="gpt3-1.3b", platform="h100"))
+    assert speed.graph_blockers(dense) == [] and speed.use_cuda_graph(dense, speed.DEFAULT)
+    assert not speed.use_cuda_graph(dense, speed.DEFAULT - {"cuda_graph"})
+    piped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, global_batch_size=64,
+                               recompute="full"))
+    assert speed.graph_blockers(piped) == ["pipeline parallelism", "activation recomputation"]
+    assert not speed.use_cuda_graph(piped, speed.DEFAULT)
+    moe = resolve(RunRequest(workload="mixtral-tiny", platform="h100", global_batch_size=64))
+    assert speed.graph_blockers(moe) == ["mixture of experts"]
+    mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
+    assert "cuda_graph" not in speed.enabled(mi250)

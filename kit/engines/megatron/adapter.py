@@ -68,6 +68,23 @@ def install_wgrad_accumulation(impl: Any) -> None:
     layers._grad_accum_fusion_available = True
 
 
+_MEGATRON_CROSS_ENTROPY: list[Any] = []
+
+
+def use_cross_entropy(impl: Any | None) -> None:
+    """Make megatron-core's fused cross-entropy ``impl`` (``None``: megatron-core's own).
+
+    ``language_module`` imports ``fused_vocab_parallel_cross_entropy`` as a module global and
+    calls it as ``(logits, labels, tp_group)`` when ``cross_entropy_fusion_impl == "native"``
+    (0.16 through 0.19). The original is kept so a later model in the same process can go back.
+    """
+    from megatron.core.models.common.language_module import language_module
+
+    if not _MEGATRON_CROSS_ENTROPY:
+        _MEGATRON_CROSS_ENTROPY.append(language_module.fused_vocab_parallel_cross_entropy)
+    language_module.fused_vocab_parallel_cross_entropy = impl or _MEGATRON_CROSS_ENTROPY[0]
+
+
 def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
     """Transformer layers of this rank's (virtual) pipeline stage."""
     from megatron.core.transformer.transformer_block import get_num_layers_to_build

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.megatron import adapter, speed
+from kit.engines.megatron.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.spec.run import RunConfig
@@ -46,6 +47,7 @@ class MegatronEngine(Engine):
         self._speed_notes: list[str] = []
         self._features: frozenset[str] = frozenset()
         self._phases: PhaseTimers | None = None
+        self._graph: Any = None
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
@@ -73,11 +75,19 @@ class MegatronEngine(Engine):
         torch.manual_seed(cfg.seed)
         from megatron.core import tensor_parallel
 
-        tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
-
         self._features = speed.enabled(cfg)
+        graph = speed.use_cuda_graph(cfg, self._features)
+        # a CUDA graph replays generators only in their graph-safe form
+        tensor_parallel.model_parallel_cuda_manual_seed(
+            cfg.seed, **({} if cpu else {"use_cudagraphable_rng": graph, "force_reset_rng": True}))
+        if graph:
+            # the parameters' autograd nodes bind to the stream current when DDP makes them:
+            # make it the stream the step will be captured on (see step_graph)
+            torch.cuda.set_stream(torch.cuda.Stream())
         if "wgrad_fusion" in self._features:
             adapter.install_wgrad_accumulation(speed.WgradAccumulation)
+        adapter.use_cross_entropy(
+            vocab_parallel_cross_entropy if "cross_entropy" in self._features else None)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:
@@ -86,6 +96,9 @@ class MegatronEngine(Engine):
             for chunk in chunks:
                 reinit_layout_invariant(chunk, self.config, cfg.seed)
         self._wrap_ddp(chunks)
+        if "cuda_graph" in self._features and not graph:
+            self._speed_notes.append(
+                f"cuda_graph off: {', '.join(speed.graph_blockers(cfg))} keep(s) the eager step")
         # per-phase timers only where they do not change the step (see phase_timers)
         self._phases = PhaseTimers(self.config) if cpu else None
 
@@ -99,7 +112,12 @@ class MegatronEngine(Engine):
         )
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        self._fwd_bwd = get_forward_backward_func()
+        self._schedule = get_forward_backward_func()
+        self._fwd_bwd = self._schedule
+        if graph:
+            from kit.engines.megatron.step_graph import StepGraph
+
+            self._graph = self._fwd_bwd = StepGraph(self._schedule, torch.cuda.current_stream())
         self._is_last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
         return RankPlacement(
             rank=rank,
@@ -195,7 +213,7 @@ class MegatronEngine(Engine):
             seq_length=cfg.workload.seq_length,
             micro_batch_size=cfg.micro_batch_size,
             forward_only=False,
-            **adapter.forward_backward_kwargs(self._fwd_bwd),
+            **adapter.forward_backward_kwargs(self._schedule),
         )
         if self._phases is not None:
             self._phases.time_optimizer(self.optimizer.step)
@@ -226,6 +244,10 @@ class MegatronEngine(Engine):
         """Destroy process groups."""
         from megatron.core import parallel_state as ps
 
+        if self._graph is not None:
+            self._graph.release()
+            self._graph = None
+            torch.cuda.set_stream(torch.cuda.default_stream())
         ps.destroy_model_parallel()
         if dist.is_initialized():
             dist.destroy_process_group()

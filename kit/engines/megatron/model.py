@@ -76,14 +76,23 @@ def transformer_config(cfg: RunConfig) -> Any:
 
 
 def layer_spec(cfg: RunConfig) -> Any:
-    """megatron-core's local layer spec with SDPA core attention."""
+    """megatron-core's local layer spec with SDPA core attention.
+
+    With the ``fusions`` speed feature the QKV projection adds its bias in a compiled kernel
+    (:class:`~kit.engines.megatron.linears.BiasAddColumnParallelLinear`).
+    """
     from megatron.core.transformer.spec_utils import ModuleSpec
 
     from kit.engines.megatron.attention import SDPAttention
 
     w = cfg.workload
     spec = adapter.local_layer_spec(w.num_experts, rms_norm=w.normalization == "rmsnorm")
-    spec.submodules.self_attention.submodules.core_attention = ModuleSpec(module=SDPAttention)
+    attention = spec.submodules.self_attention.submodules
+    attention.core_attention = ModuleSpec(module=SDPAttention)
+    if "fusions" in speed.enabled(cfg) and w.add_bias_linear:
+        from kit.engines.megatron.linears import BiasAddColumnParallelLinear
+
+        attention.linear_qkv = BiasAddColumnParallelLinear
     return spec
 
 

@@ -5,9 +5,12 @@ an fp32 cross-entropy built from several kernels over the whole logits tensor, a
 AdamW in its multi-tensor (not fused) form when neither TE nor apex is importable, and every
 weight gradient written in bf16 and then added into the fp32 ``main_grad`` by a separate
 kernel (apex's fused accumulation is missing). This module turns on megatron-core's own
-native fusions, gives it a torch-only weight-gradient accumulation, and makes the optimizer
-torch's fused AdamW. ``torch.compile`` of the layers is available but off by default: on
-megatron-core's layers it hits graph breaks and measured slower (see
+native fusions, gives it a torch-only weight-gradient accumulation, replaces its fused
+cross-entropy with :mod:`kit.engines.megatron.cross_entropy` (fewer passes over the logits),
+captures the forward and backward of a whole step in one CUDA graph (megatron-core's
+``FullCudaGraphWrapper``: the CPU no longer paces ~6000 kernel launches per step) and makes the
+optimizer torch's fused AdamW. ``torch.compile`` of the layers is available but off by default:
+on megatron-core's layers it hits graph breaks and measured slower (see
 ``benchmarks/results/engine_throughput-*.txt``).
 """
 
@@ -18,14 +21,15 @@ import torch
 
 from kit.spec.run import RunConfig
 
-FEATURES = ("fusions", "wgrad_fusion", "fused_adam", "compile")
+FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam", "compile")
 """Speed features; all but ``compile`` are on by default on NVIDIA GPUs (each measured to pay)."""
 
 DEFAULT = frozenset(FEATURES) - {"compile"}
 
-DEFAULT_AMD = DEFAULT - {"wgrad_fusion"}
-"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, checked on CUDA
-only (no AMD GPU was reachable), so it stays off until a ROCm run shows it works."""
+DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph"}
+"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)`` and ``cuda_graph``
+HIP graph capture of megatron-core's step; both were checked on CUDA only (no AMD GPU was
+reachable), so they stay off until a ROCm run shows they work."""
 
 
 def enabled(cfg: RunConfig) -> frozenset[str]:
@@ -47,6 +51,24 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
     return chosen
 
 
+def graph_blockers(cfg: RunConfig) -> list[str]:
+    """Why one CUDA graph cannot hold this layout's step (empty when it can).
+
+    Capture replays GPU work only: Python that runs between kernels on every step (pipeline
+    send/receive bookkeeping, MoE token counts read on the host, activation recomputation's
+    RNG juggling, overlapped gradient hooks) would be frozen at its first run, so such layouts
+    keep the eager step.
+    """
+    p, o, w = cfg.parallel, cfg.optim, cfg.workload
+    return [reason for blocked, reason in (
+        (p.pp > 1, "pipeline parallelism"),
+        (w.is_moe, "mixture of experts"),
+        (o.recompute != "none", "activation recomputation"),
+        (o.overlap, "overlapped gradient reduction"),
+        (o.fsdp, "FSDP"),
+    ) if blocked]
+
+
 def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:
     """TransformerConfig fields for the chosen features (megatron-core's non-TE fusions)."""
     kwargs: dict[str, Any] = {}
@@ -61,6 +83,11 @@ def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:
     if "wgrad_fusion" in features:
         kwargs["gradient_accumulation_fusion"] = True
     return kwargs
+
+
+def use_cuda_graph(cfg: RunConfig, features: frozenset[str]) -> bool:
+    """Whether this run captures its step in a CUDA graph (feature on and layout capturable)."""
+    return "cuda_graph" in features and not graph_blockers(cfg)
 
 
 class WgradAccumulation:
