@@ -88,3 +88,28 @@ def test_cuda_graph_only_where_the_step_is_capturable():
     assert speed.graph_blockers(moe) == ["mixture of experts"]
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
     assert "cuda_graph" not in speed.enabled(mi250)
+
+
+def test_foreach_optimizer_ops_match_plain_arithmetic_and_swap_back():
+    import torch
+    from megatron.core import utils
+    from megatron.core.optimizer import clip_grads
+
+    from kit.engines.megatron import adapter, foreach_ops
+
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(shape, generator=gen) for shape in ((7, 5), (3,), (2, 2, 2))]
+    norm, _ = foreach_ops.l2_norm(0, None, [grads], False)
+    want = torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))
+    assert norm.shape == (1,) and torch.allclose(norm[0], want, rtol=1e-6)
+    before = [g.clone() for g in grads]
+    foreach_ops.scale(0, None, [grads, grads], 0.5)  # clipping: in place
+    assert all(torch.equal(g, b * 0.5) for g, b in zip(grads, before, strict=True))
+    model = [torch.empty_like(g, dtype=torch.bfloat16) for g in grads]
+    foreach_ops.scale(0, None, [grads, model], 1.0)  # main params -> model params
+    assert all(torch.equal(m, g.bfloat16()) for m, g in zip(model, grads, strict=True))
+
+    adapter.use_foreach_multi_tensor_ops(True)
+    assert clip_grads.l2_norm_impl is foreach_ops.l2_norm
+    adapter.use_foreach_multi_tensor_ops(False)
+    assert clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm

@@ -85,6 +85,35 @@ def use_cross_entropy(impl: Any | None) -> None:
     language_module.fused_vocab_parallel_cross_entropy = impl or _MEGATRON_CROSS_ENTROPY[0]
 
 
+_MEGATRON_MULTI_TENSOR: dict[str, Any] = {}
+
+
+def use_foreach_multi_tensor_ops(enabled: bool) -> None:
+    """Use :mod:`kit.engines.megatron.foreach_ops` for megatron-core's per-tensor fallbacks.
+
+    ``enabled=False`` puts the fallbacks back.
+
+    ``clip_grads`` binds ``l2_norm_impl`` and ``multi_tensor_scale_impl`` and ``optimizer``
+    binds ``multi_tensor_scale_impl`` as module globals at import (0.16 through 0.19), to
+    Transformer Engine's or apex's kernels when importable, else to ``megatron.core.utils``'s
+    local loops; only the local loops are replaced.
+    """
+    from megatron.core import utils
+    from megatron.core.optimizer import clip_grads, optimizer
+
+    from kit.engines.megatron import foreach_ops
+
+    slots = {(clip_grads, "l2_norm_impl"): (utils.local_multi_tensor_l2_norm,
+                                            foreach_ops.l2_norm),
+             (clip_grads, "multi_tensor_scale_impl"): (utils.local_multi_tensor_scale,
+                                                       foreach_ops.scale),
+             (optimizer, "multi_tensor_scale_impl"): (utils.local_multi_tensor_scale,
+                                                      foreach_ops.scale)}
+    for (module, name), (local, kit) in slots.items():
+        if getattr(module, name) in (local, kit):
+            setattr(module, name, kit if enabled else local)
+
+
 def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
     """Transformer layers of this rank's (virtual) pipeline stage."""
     from megatron.core.transformer.transformer_block import get_num_layers_to_build

@@ -88,6 +88,7 @@ class MegatronEngine(Engine):
             adapter.install_wgrad_accumulation(speed.WgradAccumulation)
         adapter.use_cross_entropy(
             vocab_parallel_cross_entropy if "cross_entropy" in self._features else None)
+        adapter.use_foreach_multi_tensor_ops("foreach_optim" in self._features)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:

@@ -7,11 +7,13 @@ weight gradient written in bf16 and then added into the fp32 ``main_grad`` by a 
 kernel (apex's fused accumulation is missing). This module turns on megatron-core's own
 native fusions, gives it a torch-only weight-gradient accumulation, replaces its fused
 cross-entropy with :mod:`kit.engines.megatron.cross_entropy` (fewer passes over the logits),
-captures the forward and backward of a whole step in one CUDA graph (megatron-core's
-``FullCudaGraphWrapper``: the CPU no longer paces ~6000 kernel launches per step) and makes the
-optimizer torch's fused AdamW. ``torch.compile`` of the layers is available but off by default:
-on megatron-core's layers it hits graph breaks and measured slower (see
-``benchmarks/results/engine_throughput-*.txt``).
+captures the forward and backward of a whole step in one CUDA graph
+(:mod:`kit.engines.megatron.step_graph`: the CPU no longer paces ~6000 kernel launches per
+step), makes the optimizer torch's fused AdamW and its gradient norm, clipping and parameter
+copies torch foreach kernels (:mod:`kit.engines.megatron.foreach_ops`). With ``fusions`` the
+QKV projection adds its bias in one compiled kernel. ``torch.compile`` of the layers is
+available but off by default: on megatron-core's layers it hits graph breaks and measured
+slower (see ``benchmarks/results/engine_throughput-*.txt``).
 """
 
 import os
@@ -21,7 +23,8 @@ import torch
 
 from kit.spec.run import RunConfig
 
-FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam", "compile")
+FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
+            "foreach_optim", "compile")
 """Speed features; all but ``compile`` are on by default on NVIDIA GPUs (each measured to pay)."""
 
 DEFAULT = frozenset(FEATURES) - {"compile"}
