@@ -6,7 +6,7 @@ events, writes the Chrome trace (gzip) and prints, from that trace:
 * the step's wall time, the time some kernel was running, and the idle rest;
 * the idle gaps grouped by the innermost megatron-core / kit / torch.optim Python frame the
   CPU was in while the GPU waited (that is the code to make asynchronous or cheaper);
-* GPU time grouped by the aten op (and input shapes) that launched each kernel.
+* GPU time per kernel, and grouped by the aten op (and input shapes) that launched it.
 
     python benchmarks/perf/trace_step.py --out trace.json.gz   # on a GPU
     python benchmarks/perf/trace_step.py --analyze trace.json.gz  # anywhere, from a saved trace
@@ -118,6 +118,15 @@ def analyze(path: Path, top: int = 25) -> None:
     for frame, (us, n) in sorted(by_frame.items(), key=lambda kv: -kv[1][0])[:top]:
         print(f"  {us / 1e3:8.2f} ms  x{n:<5d} {frame}")
 
+    by_kernel: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for k in kernels:
+        by_kernel[k["name"][:110]][0] += k["dur"]
+        by_kernel[k["name"][:110]][1] += 1
+    print("GPU time by kernel:")
+    for name, (us, n) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"  {us / 1e3:8.2f} ms  x{n:<5d} {name}")
+
+    # kernels replayed from a CUDA graph have no launching op: they show as "?"
     by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for k in kernels:
         op = cpu_ops.get(k.get("args", {}).get("External id"))
