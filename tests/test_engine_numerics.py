@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from kit.spec.resolve import RunRequest, resolve
 
@@ -74,17 +75,22 @@ def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():
         assert row["rel_err"] < 1e-5, row
 
 
-def test_cuda_graph_only_where_the_step_is_capturable():
+def test_cuda_graph_only_where_the_step_is_capturable(tmp_path):
     from kit.engines.megatron import speed
 
-    dense = resolve(RunRequest(workload="gpt3-1.3b", platform="h100"))
+    spec = yaml.safe_load((REPO / "platforms" / "h100.yaml").read_text())
+    spec.update(devices_per_node=1, chassis=spec["chassis"][:1])
+    one_gpu = tmp_path / "h100x1.yaml"  # the shipped h100 platform with one device per node
+    one_gpu.write_text(yaml.safe_dump(spec))
+    dense = resolve(RunRequest(workload="gpt3-1.3b", platform=str(one_gpu)))
     assert speed.graph_blockers(dense) == [] and speed.use_cuda_graph(dense, speed.DEFAULT)
     assert not speed.use_cuda_graph(dense, speed.DEFAULT - {"cuda_graph"})
     piped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, global_batch_size=64,
                                recompute="full"))
-    assert speed.graph_blockers(piped) == ["pipeline parallelism", "activation recomputation"]
+    assert speed.graph_blockers(piped)[1:] == ["pipeline parallelism", "activation recomputation"]
+    assert speed.graph_blockers(piped)[0].startswith("more than one rank")
     assert not speed.use_cuda_graph(piped, speed.DEFAULT)
-    moe = resolve(RunRequest(workload="mixtral-tiny", platform="h100", global_batch_size=64))
+    moe = resolve(RunRequest(workload="mixtral-tiny", platform=str(one_gpu)))
     assert speed.graph_blockers(moe) == ["mixture of experts"]
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
     assert "cuda_graph" not in speed.enabled(mi250)
