@@ -73,3 +73,68 @@ def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
 
     return get_num_layers_to_build(config, vp_stage=vp_stage)
+
+
+def megatron_fsdp_ddp_config_kwargs(cpu: bool) -> dict[str, Any]:
+    """``DistributedDataParallelConfig`` fields that select Megatron-FSDP (full sharding).
+
+    Both releases shard optimizer states, gradients and parameters with
+    ``data_parallel_sharding_strategy="optim_grads_params"`` and need
+    ``use_distributed_optimizer`` (megatron-core's optimizer has a Megatron-FSDP path only in
+    its distributed optimizer), which the caller sets. They differ in how
+    gradients are kept in fp32: 0.16 reads ``grad_reduce_in_fp32`` (and keeps fp32 main weights
+    with ``preserve_fp32_weights``, its default); 0.19 ignores ``grad_reduce_in_fp32`` under
+    Megatron-FSDP and takes ``megatron_fsdp_main_grads_dtype`` (main weights default to fp32).
+    With ``cpu`` the gradient division is not fused into the reduction: the fused form is
+    NCCL's ``PREMUL_SUM``, which gloo lacks (the field and its meaning are the same in both).
+    """
+    import dataclasses
+
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    kwargs: dict[str, Any] = {
+        "use_megatron_fsdp": True,
+        "data_parallel_sharding_strategy": "optim_grads_params",
+    }
+    fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    if "megatron_fsdp_main_grads_dtype" in fields:
+        kwargs["megatron_fsdp_main_grads_dtype"] = torch.float32
+    if cpu:
+        kwargs["gradient_reduce_div_fusion"] = False  # scale, then sum: the same gradients
+    return kwargs
+
+
+class _NoTransformerEngineLinear:
+    """Stands for Transformer Engine's ``TELinear`` where TE is absent: nothing is one."""
+
+
+def megatron_fsdp_wrapper() -> Any:
+    """megatron-core's Megatron-FSDP module wrapper (the same import path in 0.16 and 0.19).
+
+    0.16 tags tensor-parallel params with ``isinstance(module, TELinear)``, and without
+    Transformer Engine its ``TELinear`` is a mock, so any ``--tp > 1`` raises ``TypeError``;
+    it becomes a class no module is an instance of (what the check means without TE). 0.19
+    classifies modules by name and imports no ``TELinear`` there.
+    """
+    from megatron.core.distributed.fsdp import mcore_fsdp_adapter
+
+    if not isinstance(getattr(mcore_fsdp_adapter, "TELinear", type), type):
+        mcore_fsdp_adapter.TELinear = _NoTransformerEngineLinear
+    return mcore_fsdp_adapter.FullyShardedDataParallel
+
+
+MEGATRON_FSDP_UNSHARDED_GRADS_FIXED = Version("0.19")
+"""First release checked to reduce an unsharded Megatron-FSDP gradient buffer correctly.
+
+In 0.16.1 a gradient buffer over a data-parallel group of one rank is not sharded, and every
+backward adds the bucket into itself after its (one-rank) reduce-scatter: with gradient
+accumulation the first micro-batches count several times (a dp=1 run's loss departs from
+plain DDP's at the second step). 0.19.2 accumulates only into sharded buffers. 0.17 and 0.18
+were not checked, so they count as affected.
+"""
+
+
+def megatron_fsdp_needs_sharded_grads() -> bool:
+    """Whether this megatron-core's Megatron-FSDP is wrong over a one-rank data-parallel group."""
+    return mcore_version() < MEGATRON_FSDP_UNSHARDED_GRADS_FIXED

@@ -1,5 +1,6 @@
 """What the megatron engine can run where, checked before any rank starts."""
 
+from kit.engines.megatron import adapter
 from kit.spec.run import RunConfig
 
 
@@ -17,9 +18,25 @@ def megatron_violations(cfg: RunConfig) -> list[str]:
     if cfg.launcher != "local":
         out.append("--launcher slurm is not available yet; run one node with --launcher local")
     if o.fsdp:
-        out.append("--fsdp cannot run on the cpu platform: megatron-core's FSDP builds its "
-                   "DTensor device meshes with device_type='cuda'; use --dist-optimizer"
-                   if cfg.platform.is_cpu else
-                   "--fsdp is not wired into the megatron engine yet (it would train with plain "
-                   "DDP); use --dist-optimizer")
+        out.extend(_megatron_fsdp_violations(cfg))
+    return out
+
+
+def _megatron_fsdp_violations(cfg: RunConfig) -> list[str]:
+    """Layouts megatron-core's Megatron-FSDP (``--fsdp``) cannot train correctly."""
+    p = cfg.parallel
+    out: list[str] = []
+    if p.pp > 1:
+        out.append("--fsdp needs --pp 1: megatron-core's Megatron-FSDP lays its device mesh "
+                   "over all ranks as data x tensor parallel, with no pipeline dimension")
+    if adapter.megatron_fsdp_needs_sharded_grads():
+        groups = {"data-parallel": p.dp}
+        if cfg.workload.is_moe:
+            groups["expert data-parallel"] = p.dp * p.cp // p.ep
+        for name, size in groups.items():
+            if size == 1:
+                out.append(f"--fsdp needs {name} groups of 2 or more ranks with megatron-core "
+                           f"{adapter.mcore_version()}: over one rank its Megatron-FSDP adds "
+                           "each micro-batch's gradients into themselves (fixed by 0.19); "
+                           "raise --dp or use megatron-core 0.19")
     return out
