@@ -101,17 +101,18 @@ def test_megatron_fsdp_layouts():
                                                 fsdp=True)
 
 
-def test_megatron_fsdp_over_one_data_parallel_rank_needs_megatron_core_0_19():
-    """0.16's Megatron-FSDP counts micro-batch gradients repeatedly over a one-rank DP group."""
+def test_megatron_fsdp_over_one_rank_groups_is_refused_where_it_trains_wrongly():
+    """Megatron-FSDP mis-accumulates an unsharded (one-rank) gradient buffer: experts alone in
+    their group inside a larger DP on every checked release, and dense dp 1 before 0.19."""
     from kit.engines.megatron import adapter
 
-    one_rank = dict(workload="gpt3-2.7b", platform="h100", tp=8, fsdp=True)
-    if adapter.mcore_version() < adapter.MEGATRON_FSDP_UNSHARDED_GRADS_FIXED:
-        assert "data-parallel groups of 2 or more" in violation(**one_rank)
-        assert "expert data-parallel groups" in violation(
-            workload="mixtral-tiny", dp=2, ep=2, fsdp=True)
+    assert "expert data-parallel groups of one rank" in violation(
+        workload="mixtral-tiny", dp=2, ep=2, fsdp=True)
+    dense_dp1 = dict(workload="gpt3-2.7b", platform="h100", tp=8, fsdp=True)
+    if adapter.mcore_version() < adapter.MEGATRON_FSDP_ONE_RANK_DOUBLE_COUNT_FIXED:
+        assert "data-parallel groups of one rank" in violation(**dense_dp1)
     else:
-        assert resolve(RunRequest(**one_rank)).parallel.dp == 1
+        assert resolve(RunRequest(**dense_dp1)).parallel.dp == 1
 
 
 def test_scaled_variant_records_original_and_rule():

@@ -124,17 +124,29 @@ def megatron_fsdp_wrapper() -> Any:
     return mcore_fsdp_adapter.FullyShardedDataParallel
 
 
-MEGATRON_FSDP_UNSHARDED_GRADS_FIXED = Version("0.19")
-"""First release checked to reduce an unsharded Megatron-FSDP gradient buffer correctly.
-
-In 0.16.1 a gradient buffer over a data-parallel group of one rank is not sharded, and every
-backward adds the bucket into itself after its (one-rank) reduce-scatter: with gradient
-accumulation the first micro-batches count several times (a dp=1 run's loss departs from
-plain DDP's at the second step). 0.19.2 accumulates only into sharded buffers. 0.17 and 0.18
-were not checked, so they count as affected.
-"""
+MEGATRON_FSDP_ONE_RANK_DOUBLE_COUNT_FIXED = Version("0.19")
+"""First release checked not to add a one-rank Megatron-FSDP gradient buffer into itself."""
 
 
-def megatron_fsdp_needs_sharded_grads() -> bool:
-    """Whether this megatron-core's Megatron-FSDP is wrong over a one-rank data-parallel group."""
-    return mcore_version() < MEGATRON_FSDP_UNSHARDED_GRADS_FIXED
+def megatron_fsdp_one_rank_group_flaw(dp: int) -> str | None:
+    """Why Megatron-FSDP trains wrongly over a data-parallel group of one rank (None if not).
+
+    Over one rank its gradient buffer is not sharded: the bucket is the buffer itself and is
+    reduced (and rescaled) after every micro-batch's backward. 0.16.1 then adds the reduced
+    bucket back into the buffer, so gradients double at each micro-batch (a ``--dp 1`` run
+    departs from plain DDP at the second step). 0.19.2 no longer adds it back, but still
+    multiplies the whole accumulated buffer by the scaling factor ``1/dp`` each time: right
+    for a dense model at ``dp == 1`` (factor 1), wrong for an expert group of one rank inside
+    a larger DP (earlier micro-batches count less; checked on CPU: losses depart from plain
+    DDP at the second step). 0.17 and 0.18 were not checked and count as 0.16.
+
+    Args:
+        dp: the data-parallel size the gradients are averaged over.
+    """
+    if mcore_version() < MEGATRON_FSDP_ONE_RANK_DOUBLE_COUNT_FIXED:
+        return (f"megatron-core {mcore_version()} adds each micro-batch's gradients into "
+                "themselves there (fixed by 0.19)")
+    if dp > 1:
+        return (f"megatron-core {mcore_version()} rescales the accumulated gradients by 1/dp "
+                "after every micro-batch there, so earlier micro-batches count less")
+    return None

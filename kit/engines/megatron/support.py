@@ -29,14 +29,12 @@ def _megatron_fsdp_violations(cfg: RunConfig) -> list[str]:
     if p.pp > 1:
         out.append("--fsdp needs --pp 1: megatron-core's Megatron-FSDP lays its device mesh "
                    "over all ranks as data x tensor parallel, with no pipeline dimension")
-    if adapter.megatron_fsdp_needs_sharded_grads():
-        groups = {"data-parallel": p.dp}
-        if cfg.workload.is_moe:
-            groups["expert data-parallel"] = p.dp * p.cp // p.ep
-        for name, size in groups.items():
-            if size == 1:
-                out.append(f"--fsdp needs {name} groups of 2 or more ranks with megatron-core "
-                           f"{adapter.mcore_version()}: over one rank its Megatron-FSDP adds "
-                           "each micro-batch's gradients into themselves (fixed by 0.19); "
-                           "raise --dp or use megatron-core 0.19")
+    groups = {"data-parallel": p.dp}
+    if cfg.workload.is_moe:
+        groups["expert data-parallel"] = p.dp * p.cp // p.ep
+    for name, size in groups.items():
+        flaw = adapter.megatron_fsdp_one_rank_group_flaw(p.dp) if size == 1 else None
+        if flaw:
+            out.append(f"--fsdp over {name} groups of one rank trains wrongly: {flaw}; "
+                       "raise --dp (or lower --ep) so each group has 2 or more ranks")
     return out
