@@ -41,7 +41,8 @@ def cli() -> None:
               show_default=True, help="Which layers full recompute checkpoints.")
 @click.option("--overlap/--no-overlap", default=False, help="Overlap grad reduce/param gather.")
 @click.option("--dist-optimizer", is_flag=True, help="Shard optimizer states over DP.")
-@click.option("--fsdp", is_flag=True, help="megatron-core FSDP.")
+@click.option("--fsdp", is_flag=True,
+              help="megatron-core's Megatron-FSDP: shard weights, grads and optimizer over DP.")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, help="DeepSpeed ZeRO stage.")
 @click.option("--offload", is_flag=True, help="DeepSpeed: optimizer states and step on the host.")
 @click.option("--steps", type=int, default=20, show_default=True, help="Measured steps.")

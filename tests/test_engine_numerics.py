@@ -57,6 +57,11 @@ def test_speed_features_are_gpu_only_and_checked(monkeypatch):
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
     assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion", "cuda_graph"}
     assert speed.config_kwargs(h100, speed.DEFAULT)["gradient_accumulation_fusion"] is True
+    fsdp = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True))
+    assert speed.enabled(fsdp) == speed.DEFAULT - {"wgrad_fusion"}
+    assert "gradient_accumulation_fusion" not in speed.config_kwargs(fsdp, speed.enabled(fsdp))
+    monkeypatch.setenv("CHARLLM_SPEED", "wgrad_fusion,fused_adam")
+    assert speed.enabled(fsdp) == {"fused_adam"}  # megatron-core's FSDP refuses it without TE
     monkeypatch.setenv("CHARLLM_SPEED", "none")
     assert speed.enabled(h100) == frozenset()
     monkeypatch.setenv("CHARLLM_SPEED", "fusions,warp")

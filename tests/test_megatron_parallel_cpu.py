@@ -80,6 +80,28 @@ def test_dp2_distributed_optimizer_with_overlap_matches_one_process(
     assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
 
 
+def test_dp2_megatron_fsdp_matches_one_process(cli, tmp_path, gpt3_tiny_reference):
+    """megatron-core's Megatron-FSDP shards weights, grads and Adam states yet trains the same
+    model as plain data parallel (whose replica mean is the one-process run)."""
+    bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--dp", "2", "--fsdp")
+    losses = losses_by_rank(bundle)
+    mean = [(a + b) / 2 for a, b in zip(losses[0], losses[1], strict=True)]
+    assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+    notes = json.loads((bundle / "metrics.json").read_text())["notes"]
+    assert any("Megatron-FSDP" in n for n in notes)
+
+
+def test_tp2_dp2_megatron_fsdp_with_overlap_matches_one_process(
+    cli, tmp_path, gpt3_tiny_reference
+):
+    """FSDP over DP with TP inside each replica, gradient reduce and param gather overlapped."""
+    bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--tp", "2", "--dp", "2", "--fsdp", "--overlap")
+    losses = losses_by_rank(bundle)
+    assert losses[0] == losses[1] and losses[2] == losses[3]  # TP peers share a replica's loss
+    mean = [(a + b) / 2 for a, b in zip(losses[0], losses[2], strict=True)]
+    assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+
+
 @pytest.fixture(scope="module")
 def mixtral_dp2(tmp_path_factory) -> Path:
     from .conftest import kit_cli
@@ -104,7 +126,7 @@ def test_ep2_allgather_matches_ep1_alltoall(cli, tmp_path, mixtral_dp2):
 
 
 @pytest.mark.parametrize(("flag", "why"), [
-    (["--dp", "2", "--fsdp"], "device_type='cuda'"),
+    (["--dp", "2", "--pp", "2", "--fsdp"], "no pipeline dimension"),
     (["--cp", "2"], "Transformer Engine"),
 ])
 def test_a_cpu_layout_nothing_can_run_is_refused(cli, tmp_path, flag, why):

@@ -79,7 +79,6 @@ def test_all_violations_are_reported_on_one_line():
 
 
 def test_cpu_refuses_what_megatron_core_cannot_run_there():
-    assert "device_type='cuda'" in violation(workload="gpt3-tiny", dp=2, fsdp=True)
     assert "Transformer Engine" in violation(workload="gpt3-tiny", cp=2)
     assert "needs --sp" in violation(workload="mixtral-tiny", tp=2)
 
@@ -93,8 +92,27 @@ def test_cpu_accepts_the_megatron_matrix():
     assert resolve(RunRequest(workload="gpt3-tiny", pp=2, vpp=2)).parallel.vpp == 2
 
 
-def test_fsdp_is_refused_on_gpus_until_wired():
-    assert "not wired" in violation(workload="gpt3-2.7b", platform="h100", fsdp=True)
+def test_megatron_fsdp_layouts():
+    """--fsdp runs over DP (with TP inside), on GPUs and on cpu; never with PP."""
+    cfg = resolve(RunRequest(workload="gpt3-175b", platform="h100", nodes=8, tp=8, fsdp=True))
+    assert (cfg.parallel.dp, cfg.optim.fsdp) == (8, True)
+    assert resolve(RunRequest(workload="gpt3-tiny", dp=2, fsdp=True)).optim.fsdp
+    assert "no pipeline dimension" in violation(workload="gpt3-2.7b", platform="h100", pp=2,
+                                                fsdp=True)
+
+
+def test_megatron_fsdp_over_one_rank_groups_is_refused_where_it_trains_wrongly():
+    """Megatron-FSDP mis-accumulates an unsharded (one-rank) gradient buffer: experts alone in
+    their group inside a larger DP on every checked release, and dense dp 1 before 0.19."""
+    from kit.engines.megatron import adapter
+
+    assert "expert data-parallel groups of one rank" in violation(
+        workload="mixtral-tiny", dp=2, ep=2, fsdp=True)
+    dense_dp1 = dict(workload="gpt3-2.7b", platform="h100", tp=8, fsdp=True)
+    if adapter.mcore_version() < adapter.MEGATRON_FSDP_ONE_RANK_DOUBLE_COUNT_FIXED:
+        assert "data-parallel groups of one rank" in violation(**dense_dp1)
+    else:
+        assert resolve(RunRequest(**dense_dp1)).parallel.dp == 1
 
 
 def test_scaled_variant_records_original_and_rule():

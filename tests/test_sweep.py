@@ -17,17 +17,18 @@ SWEEPS = REPO / "sweeps"
 
 # (points, valid) per shipped file as planned on any host. Skips come from the memory estimate
 # (e.g. gpt3-175b TP1 PP32 without recompute on H200), divisibility (llama3-70b's 80 layers over
-# PP32 on H100) and the batch (mixtral-8x7b DP32 x micro-batch 8 > GBS 128).
+# PP32 on H100), the batch (mixtral-8x7b DP32 x micro-batch 8 > GBS 128) and, for the FSDP
+# points, memory again (llama3-70b TP8 without recompute on H100).
 EXPECTED = {
     "cpu-smoke": (4, 4),
     "h200-parallelism": (13, 13),
     "h200-optimization": (52, 44),
     "h200-microbatch": (52, 51),
-    "h200-fsdp": (8, 0),  # --fsdp is refused until megatron-core FSDP is wired into the engine
+    "h200-fsdp": (8, 8),
     "h100-parallelism": (15, 14),
     "h100-optimization": (60, 42),
     "h100-microbatch": (60, 55),
-    "h100-fsdp": (8, 0),
+    "h100-fsdp": (8, 6),
 }
 
 ODD_ROPE = (  # megatron-core rejects it when it builds the model: RoPE needs an even head dim
@@ -52,7 +53,7 @@ def test_shipped_sweep_plans(name):
             assert p.cfg is not None and p.memory is not None and p.memory.fits is not False
         else:
             assert any(why in p.skip_reason
-                       for why in ("predicted not to fit", "divisible", "--fsdp is not wired"))
+                       for why in ("predicted not to fit", "divisible"))
 
 
 def _layouts(name: str) -> set[tuple]:

@@ -119,3 +119,80 @@ def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
 
     return get_num_layers_to_build(config, vp_stage=vp_stage)
+
+
+def megatron_fsdp_ddp_config_kwargs(cpu: bool) -> dict[str, Any]:
+    """``DistributedDataParallelConfig`` fields that select Megatron-FSDP (full sharding).
+
+    Both releases shard optimizer states, gradients and parameters with
+    ``data_parallel_sharding_strategy="optim_grads_params"`` and need
+    ``use_distributed_optimizer`` (megatron-core's optimizer has a Megatron-FSDP path only in
+    its distributed optimizer), which the caller sets. They differ in how
+    gradients are kept in fp32: 0.16 reads ``grad_reduce_in_fp32`` (and keeps fp32 main weights
+    with ``preserve_fp32_weights``, its default); 0.19 ignores ``grad_reduce_in_fp32`` under
+    Megatron-FSDP and takes ``megatron_fsdp_main_grads_dtype`` (main weights default to fp32).
+    With ``cpu`` the gradient division is not fused into the reduction: the fused form is
+    NCCL's ``PREMUL_SUM``, which gloo lacks (the field and its meaning are the same in both).
+    """
+    import dataclasses
+
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    kwargs: dict[str, Any] = {
+        "use_megatron_fsdp": True,
+        "data_parallel_sharding_strategy": "optim_grads_params",
+    }
+    fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    if "megatron_fsdp_main_grads_dtype" in fields:
+        kwargs["megatron_fsdp_main_grads_dtype"] = torch.float32
+    if cpu:
+        kwargs["gradient_reduce_div_fusion"] = False  # scale, then sum: the same gradients
+    return kwargs
+
+
+class _NoTransformerEngineLinear:
+    """Stands for Transformer Engine's ``TELinear`` where TE is absent: nothing is one."""
+
+
+def megatron_fsdp_wrapper() -> Any:
+    """megatron-core's Megatron-FSDP module wrapper (the same import path in 0.16 and 0.19).
+
+    0.16 tags tensor-parallel params with ``isinstance(module, TELinear)``, and without
+    Transformer Engine its ``TELinear`` is a mock, so any ``--tp > 1`` raises ``TypeError``;
+    it becomes a class no module is an instance of (what the check means without TE). 0.19
+    classifies modules by name and imports no ``TELinear`` there.
+    """
+    from megatron.core.distributed.fsdp import mcore_fsdp_adapter
+
+    if not isinstance(getattr(mcore_fsdp_adapter, "TELinear", type), type):
+        mcore_fsdp_adapter.TELinear = _NoTransformerEngineLinear
+    return mcore_fsdp_adapter.FullyShardedDataParallel
+
+
+MEGATRON_FSDP_ONE_RANK_DOUBLE_COUNT_FIXED = Version("0.19")
+"""First release checked not to add a one-rank Megatron-FSDP gradient buffer into itself."""
+
+
+def megatron_fsdp_one_rank_group_flaw(dp: int) -> str | None:
+    """Why Megatron-FSDP trains wrongly over a data-parallel group of one rank (None if not).
+
+    Over one rank its gradient buffer is not sharded: the bucket is the buffer itself and is
+    reduced (and rescaled) after every micro-batch's backward. 0.16.1 then adds the reduced
+    bucket back into the buffer, so gradients double at each micro-batch (a ``--dp 1`` run
+    departs from plain DDP at the second step). 0.19.2 no longer adds it back, but still
+    multiplies the whole accumulated buffer by the scaling factor ``1/dp`` each time: right
+    for a dense model at ``dp == 1`` (factor 1), wrong for an expert group of one rank inside
+    a larger DP (earlier micro-batches count less; checked on CPU: losses depart from plain
+    DDP at the second step). 0.17 and 0.18 were not checked and count as 0.16.
+
+    Args:
+        dp: the data-parallel size the gradients are averaged over.
+    """
+    if mcore_version() < MEGATRON_FSDP_ONE_RANK_DOUBLE_COUNT_FIXED:
+        return (f"megatron-core {mcore_version()} adds each micro-batch's gradients into "
+                "themselves there (fixed by 0.19)")
+    if dp > 1:
+        return (f"megatron-core {mcore_version()} rescales the accumulated gradients by 1/dp "
+                "after every micro-batch there, so earlier micro-batches count less")
+    return None

@@ -6,8 +6,9 @@ and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
 :class:`CudaToCpuMode` to enter around training.
 
 * **Device queries.** ``torch.cuda.current_device()`` is used as a device in ~120 places
-  (buffers, rotary embeddings, DDP grad buffers, the distributed optimizer). It returns
-  ``torch.device("cpu")``, which every ``.to(device=...)`` / ``device=`` accepts.
+  (buffers, rotary embeddings, DDP grad buffers, the distributed optimizer) and formatted
+  into ``f"cuda:{...}"`` by Megatron-FSDP. It returns index 0 (a marked ``int``), which
+  :class:`CudaToCpuMode` maps to the CPU wherever a device is passed.
 * **Literal cuda devices.** ``device="cuda"``, ``.cuda()`` and ``.to("cuda")`` in the schedules,
   p2p communication and buffers. :class:`CudaToCpuMode`, a ``TorchFunctionMode``, rewrites
   them to the CPU for every torch call made while it is active.
@@ -37,6 +38,16 @@ and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
   deliver them swapped: a silent wrong result. :func:`cpu_config_overrides` turns batching off
   on CPU (megatron then orders sends and receives by rank parity, which gloo matches).
 
+* **Backward under the mode.** A ``TorchFunctionMode`` is switched off while it handles a
+  call, so hooks that run inside ``torch.autograd.backward`` (Megatron-FSDP allocates its
+  gradient buckets there) would see cuda devices. :func:`cpu_config_overrides` sets
+  ``deallocate_pipeline_outputs``, which makes megatron's schedules call the autograd engine
+  directly (``custom_backward``, the same gradients), so the mode stays on in the hooks.
+* **Megatron-FSDP.** Its gradient reduction fuses the division into NCCL's ``PREMUL_SUM``,
+  which gloo lacks; the engine turns that fusion off on CPU (scale, then sum: the same
+  result). Its DTensor meshes say ``device_type="cuda"`` but are built from gloo groups
+  (``DeviceMesh.from_group``) and hold CPU tensors, which works as it is.
+
 The causal attention mask needs no patch here: the kit's ``SDPAttention`` is causal by itself
 and ignores ``attention_mask``, so megatron never builds its mask (on cuda) for it.
 
@@ -59,7 +70,18 @@ _CUDA_TYPE_NAMES = {
 }
 
 
+class _CpuDeviceIndex(int):
+    """What ``torch.cuda.current_device()`` returns on CPU: index 0, standing for the CPU.
+
+    An int, so ``f"cuda:{torch.cuda.current_device()}"`` still parses (Megatron-FSDP builds
+    its device that way); :class:`CudaToCpuMode` maps it, and the cuda device it names, to
+    the CPU.
+    """
+
+
 def _is_cuda(device: object) -> bool:
+    if isinstance(device, _CpuDeviceIndex):
+        return True
     if isinstance(device, torch.device):
         return device.type == "cuda"
     if isinstance(device, str):
@@ -132,7 +154,7 @@ class _NoEvent:
 
 def _patch_cuda_runtime() -> None:
     cuda = torch.cuda
-    cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment]
+    cuda.current_device = lambda: _CpuDeviceIndex(0)  # type: ignore[assignment]
     cuda.synchronize = lambda *_, **__: None  # type: ignore[assignment]
     cuda.Stream = _NoStream  # type: ignore[assignment,misc]
     cuda.Event = _NoEvent  # type: ignore[assignment,misc]
@@ -149,6 +171,8 @@ def _patch_rng_tracker() -> None:
     mrandom._get_cuda_rng_state = lambda *_, **__: torch.get_rng_state()
     mrandom._set_cuda_rng_state = lambda state, *_, **__: torch.set_rng_state(state)
     torch.cuda.get_rng_state = lambda *_, **__: torch.get_rng_state()  # type: ignore[assignment]
+    torch.cuda.set_rng_state = (  # type: ignore[assignment]
+        lambda state, *_, **__: torch.set_rng_state(state))
     torch.cuda.manual_seed = lambda seed: torch.manual_seed(seed)  # type: ignore[assignment]
 
 
@@ -227,7 +251,7 @@ def _patch_moe() -> None:
 def cpu_config_overrides() -> dict[str, Any]:
     """``TransformerConfig`` settings the CPU path needs (see the module docstring)."""
     return {"batch_p2p_comm": False, "use_cpu_initialization": True,
-            "bias_dropout_fusion": False}
+            "bias_dropout_fusion": False, "deallocate_pipeline_outputs": True}
 
 
 def apply_cpu_compat() -> CudaToCpuMode:

@@ -1,7 +1,8 @@
 """The megatron-core training engine: one rank's model, optimizer and step loop.
 
 megatron-core runs end to end on every platform: its DDP wrapper (contiguous grad buffers,
-optional overlap and distributed optimizer), its optimizer and its pipeline schedules. On a CPU
+optional overlap and distributed optimizer) or its Megatron-FSDP wrapper (``--fsdp``), its
+optimizer and its pipeline schedules. On a CPU
 platform :mod:`kit.engines.megatron.cpu_compat` first patches the places where megatron-core
 assumes CUDA, and weights are drawn layout-invariantly
 (:mod:`kit.engines.megatron.seeded_init`) so equivalent layouts train the same model.
@@ -132,7 +133,13 @@ class MegatronEngine(Engine):
         )
 
     def _wrap_ddp(self, chunks: list[torch.nn.Module]) -> None:
-        """Wrap chunks in megatron's DDP and build megatron's optimizer over them."""
+        """Wrap chunks in megatron's DDP (or Megatron-FSDP) and build megatron's optimizer.
+
+        ``--fsdp`` follows Megatron-LM's ``get_model``: chunks go to the GPU and into
+        ``Float16Module`` first, then into megatron-core's ``FullyShardedDataParallel``
+        (``optim_grads_params``), and the optimizer is the distributed optimizer, which is the
+        only one megatron-core builds over Megatron-FSDP's sharded parameters.
+        """
         from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
@@ -144,13 +151,16 @@ class MegatronEngine(Engine):
         cfg = self.cfg
         assert cfg is not None
         o = cfg.optim
+        sharded_optimizer = o.dist_optimizer or o.fsdp
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=o.overlap,
-            overlap_param_gather=o.overlap and o.dist_optimizer,
-            use_distributed_optimizer=o.dist_optimizer,
+            overlap_param_gather=o.overlap and sharded_optimizer,
+            use_distributed_optimizer=sharded_optimizer,
             bucket_size=40_000_000 if o.overlap else None,
+            **(adapter.megatron_fsdp_ddp_config_kwargs(cfg.platform.is_cpu) if o.fsdp else {}),
         )
+        wrapper = adapter.megatron_fsdp_wrapper() if o.fsdp else DistributedDataParallel
         features = self._features
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
         wrapped = []
@@ -162,7 +172,7 @@ class MegatronEngine(Engine):
             if cfg.dtype in ("bf16", "fp16"):
                 chunk = Float16Module(self.config, chunk)
             wrapped.append(
-                DistributedDataParallel(
+                wrapper(
                     config=self.config,
                     ddp_config=ddp_config,
                     module=chunk,
@@ -181,7 +191,7 @@ class MegatronEngine(Engine):
                 bf16=cfg.dtype == "bf16",
                 fp16=cfg.dtype == "fp16",
                 params_dtype=torch.float32,
-                use_distributed_optimizer=o.dist_optimizer,
+                use_distributed_optimizer=sharded_optimizer,
             ),
             wrapped,
         )
@@ -231,6 +241,9 @@ class MegatronEngine(Engine):
         """Versions of torch and megatron-core, and the attention implementation."""
         notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)",
                  *self._speed_notes]
+        if self.cfg is not None and self.cfg.optim.fsdp:
+            notes.append("data parallel: megatron-core Megatron-FSDP (optim_grads_params: "
+                         "parameters, gradients and optimizer states sharded over DP)")
         if self.cfg is not None and self.cfg.platform.is_cpu:
             notes.append(
                 "cpu: megatron-core with kit.engines.megatron.cpu_compat over gloo; "

@@ -35,10 +35,16 @@ HIP graph capture of megatron-core's step; both were checked on CUDA only (no AM
 reachable), so they stay off until a ROCm run shows they work."""
 
 
+NOT_WITH_FSDP = frozenset({"wgrad_fusion"})
+"""Off under ``--fsdp``: megatron-core 0.19's Megatron-FSDP refuses
+``gradient_accumulation_fusion`` unless Transformer Engine >= 2.10 provides it."""
+
+
 def enabled(cfg: RunConfig) -> frozenset[str]:
     """The speed features for ``cfg``.
 
-    :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD, none on CPU. ``CHARLLM_SPEED``
+    :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD, none on CPU, less
+    :data:`NOT_WITH_FSDP` under ``--fsdp``. ``CHARLLM_SPEED``
     (comma-separated subset of :data:`FEATURES`, or ``none``) overrides the default, for
     measuring what each feature buys.
     """
@@ -46,12 +52,14 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
         return frozenset()
     env = os.environ.get("CHARLLM_SPEED")
     if env is None:
-        return DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
-    chosen = frozenset(f for f in env.split(",") if f and f != "none")
-    unknown = chosen - set(FEATURES)
-    if unknown:
-        raise ValueError(f"CHARLLM_SPEED: unknown feature(s) {sorted(unknown)}; known: {FEATURES}")
-    return chosen
+        chosen = DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
+    else:
+        chosen = frozenset(f for f in env.split(",") if f and f != "none")
+        unknown = chosen - set(FEATURES)
+        if unknown:
+            raise ValueError(
+                f"CHARLLM_SPEED: unknown feature(s) {sorted(unknown)}; known: {FEATURES}")
+    return chosen - NOT_WITH_FSDP if cfg.optim.fsdp else chosen
 
 
 def graph_blockers(cfg: RunConfig) -> list[str]:

@@ -1,5 +1,6 @@
 """What the megatron engine can run where, checked before any rank starts."""
 
+from kit.engines.megatron import adapter
 from kit.spec.run import RunConfig
 
 
@@ -17,9 +18,23 @@ def megatron_violations(cfg: RunConfig) -> list[str]:
     if cfg.launcher != "local":
         out.append("--launcher slurm is not available yet; run one node with --launcher local")
     if o.fsdp:
-        out.append("--fsdp cannot run on the cpu platform: megatron-core's FSDP builds its "
-                   "DTensor device meshes with device_type='cuda'; use --dist-optimizer"
-                   if cfg.platform.is_cpu else
-                   "--fsdp is not wired into the megatron engine yet (it would train with plain "
-                   "DDP); use --dist-optimizer")
+        out.extend(_megatron_fsdp_violations(cfg))
+    return out
+
+
+def _megatron_fsdp_violations(cfg: RunConfig) -> list[str]:
+    """Layouts megatron-core's Megatron-FSDP (``--fsdp``) cannot train correctly."""
+    p = cfg.parallel
+    out: list[str] = []
+    if p.pp > 1:
+        out.append("--fsdp needs --pp 1: megatron-core's Megatron-FSDP lays its device mesh "
+                   "over all ranks as data x tensor parallel, with no pipeline dimension")
+    groups = {"data-parallel": p.dp}
+    if cfg.workload.is_moe:
+        groups["expert data-parallel"] = p.dp * p.cp // p.ep
+    for name, size in groups.items():
+        flaw = adapter.megatron_fsdp_one_rank_group_flaw(p.dp) if size == 1 else None
+        if flaw:
+            out.append(f"--fsdp over {name} groups of one rank trains wrongly: {flaw}; "
+                       "raise --dp (or lower --ep) so each group has 2 or more ranks")
     return out
