@@ -1,8 +1,8 @@
 """One CUDA graph for the forward and backward of a whole training step.
 
-Without Transformer Engine a gpt3-1.3b step on an H100 launches ~6000 kernels through
-megatron-core's Python; the GPU idles ~40 ms of a ~590 ms step waiting for launches. Captured
-once and replayed, the step costs one launch.
+Without Transformer Engine a gpt3-1.3b step launches ~5000 kernels through megatron-core's
+Python, and the GPU waits for some of them: capturing the step once and replaying it saved
+5 ms of 551 on an H100 and 31 ms of 556 on an H200 (``benchmarks/results/engine_throughput-*``).
 
 megatron-core's ``FullCudaGraphWrapper`` does the same, but captures on a stream of its own
 while the autograd nodes of the parameters (``AccumulateGrad``, which megatron's DDP creates
