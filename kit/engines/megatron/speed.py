@@ -8,7 +8,7 @@ kernel (apex's fused accumulation is missing). This module turns on megatron-cor
 native fusions, gives it a torch-only weight-gradient accumulation, replaces its fused
 cross-entropy with :mod:`kit.engines.megatron.cross_entropy` (fewer passes over the logits),
 captures the forward and backward of a whole step in one CUDA graph
-(:mod:`kit.engines.megatron.step_graph`: the CPU no longer paces ~6000 kernel launches per
+(:mod:`kit.engines.megatron.step_graph`: the CPU no longer paces ~5000 kernel launches per
 step), makes the optimizer torch's fused AdamW and its gradient norm, clipping and parameter
 copies torch foreach kernels (:mod:`kit.engines.megatron.foreach_ops`). With ``fusions`` the
 QKV projection adds its bias in one compiled kernel. ``torch.compile`` of the layers is
