@@ -49,7 +49,7 @@ def point_id(number: int, values: dict[str, Any]) -> str:
     for name, value in values.items():
         short = _ID_NAMES.get(name, name)
         if name == "workload":
-            parts.append(Path(str(value)).stem)
+            parts.append(re.sub(r"\.ya?ml$", "", Path(str(value)).name))
         elif isinstance(value, bool):
             parts.append(short if value else f"no{short}")
         elif isinstance(value, str):
