@@ -68,6 +68,13 @@ def test_interleaved_pp_matches_one_process_and_times_each_stage(
                                "optimizer_s"}
         assert phases["forward_s"] > 0 and phases["backward_s"] > 0
         assert phases["pipeline_p2p_s"] > 0 and phases["optimizer_s"] > 0
+    shown = cli("bundle", "show", str(bundle))
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout[shown.stdout.index("stage    ranks"):].splitlines()
+    assert "forward    backward    pipeline_p2p    grad_sync    optimizer" in table[0]
+    for stage, row in enumerate(table[2:4]):
+        cells = row.split()
+        assert cells[:2] == [str(stage), "1"] and all(float(c) > 0 for c in cells[2:4])
 
 
 def test_dp2_distributed_optimizer_with_overlap_matches_one_process(

@@ -14,6 +14,7 @@ from kit.sweep.spec import load_sweep
 from .conftest import REPO
 
 SWEEPS = REPO / "sweeps"
+EVIDENCE_SWEEPS = REPO / "benchmarks" / "parallel"
 
 # (points, valid) per shipped file as planned on any host. Skips come from the memory estimate
 # (e.g. gpt3-175b TP1 PP32 without recompute on H200), divisibility (llama3-70b's 80 layers over
@@ -30,6 +31,8 @@ EXPECTED = {
     "h100-microbatch": (60, 55),
     "h100-fsdp": (8, 6),
 }
+# The multi-GPU evidence sweeps (issue 5), planned for the full node as a dry run resolves it.
+EVIDENCE = {"h200x2-matrix": (8, 8), "h200x4-matrix": (4, 4)}
 
 ODD_ROPE = (  # megatron-core rejects it when it builds the model: RoPE needs an even head dim
     "family: llama3\nnum_layers: 2\nhidden_size: 66\nnum_attention_heads: 2\n"
@@ -41,12 +44,18 @@ ODD_ROPE = (  # megatron-core rejects it when it builds the model: RoPE needs an
 
 def test_every_shipped_sweep_is_covered():
     assert {p.stem for p in SWEEPS.glob("*.yaml")} == set(EXPECTED)
+    assert {p.stem for p in EVIDENCE_SWEEPS.glob("*.yaml")} == set(EVIDENCE)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_shipped_sweep_plans(name):
-    plan = plan_sweep(load_sweep(SWEEPS / f"{name}.yaml"), require_present=False)
-    assert (len(plan), sum(p.valid for p in plan)) == EXPECTED[name]
+@pytest.mark.parametrize(
+    "path,expected",
+    [(SWEEPS / f"{n}.yaml", v) for n, v in sorted(EXPECTED.items())]
+    + [(EVIDENCE_SWEEPS / f"{n}.yaml", v) for n, v in sorted(EVIDENCE.items())],
+    ids=lambda x: x.stem if isinstance(x, Path) else "",
+)
+def test_shipped_sweep_plans(path, expected):
+    plan = plan_sweep(load_sweep(path), require_present=False)
+    assert (len(plan), sum(p.valid for p in plan)) == expected
     assert len({p.id for p in plan}) == len(plan)
     for p in plan:
         if p.valid:
@@ -66,6 +75,13 @@ def test_study_sweeps_share_their_layouts(platform):
     layouts = _layouts(f"{platform}-parallelism")
     assert _layouts(f"{platform}-optimization") == layouts == _layouts(f"{platform}-microbatch")
     assert {w for w, *_ in layouts} == {"gpt3-175b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b"}
+
+
+def test_point_ids_keep_the_workload_name(cli):
+    r = cli("sweep", str(EVIDENCE_SWEEPS / "h200x4-matrix.yaml"), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "001-gpt3-1.3b-tp2-pp2-sp-recompute-none" in r.stdout
+    assert "004-mixtral-8x7b-4l-ep4-mb1-recompute-full" in r.stdout
 
 
 def test_dry_run_lists_points_with_reasons(cli):

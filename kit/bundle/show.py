@@ -9,6 +9,8 @@ from kit.bundle.schema import SUMMARY_KEYS
 
 _FRACTIONS = frozenset({"mfu", "clock_sm_frac_of_max", "throttle_frac"})
 _LAYOUT = ("tp", "pp", "dp", "cp", "ep")
+_PHASES = ("forward_s", "backward_s", "pipeline_p2p_s", "grad_sync_s", "optimizer_s")
+_GIB = 2**30
 
 
 def _value(key: str, value: float | int | None) -> str:
@@ -41,6 +43,39 @@ def _layout(config: dict[str, Any]) -> str:
     return " ".join(f"{k}{parallel.get(k, '?')}" for k in _LAYOUT) if parallel else "n/a"
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _stage_table(per_rank: list[dict[str, Any]]) -> str | None:
+    """Per pipeline stage: ranks, mean seconds per phase and peak memory.
+
+    None for one stage with no phase times: a stage split would add nothing.
+    """
+    stages = sorted({r.get("stage", 0) for r in per_rank})
+    timed = any(r.get("phase_time_s") for r in per_rank)
+    if len(stages) < 2 and not timed:
+        return None
+    rows = []
+    for stage in stages:
+        ranks = [r for r in per_rank if r.get("stage", 0) == stage]
+        phases = [r["phase_time_s"] for r in ranks if r.get("phase_time_s")]
+        peaks = [r["mem_peak_bytes"] for r in ranks if r.get("mem_peak_bytes") is not None]
+        rows.append([
+            stage, len(ranks),
+            *(_value(k, _mean([p[k] for p in phases if p.get(k) is not None])) for k in _PHASES),
+            _value("mem", max(peaks) / _GIB if peaks else None),
+        ])
+    table = tabulate(
+        rows, headers=("stage", "ranks", *(k.removesuffix("_s") for k in _PHASES), "peak GiB"),
+        disable_numparse=True, colalign=("right",) * (len(_PHASES) + 3),
+    )
+    note = "seconds per measured step, mean over the stage's ranks"
+    if not timed:
+        note += "; phases are timed on the cpu platform only (docs/engines.md)"
+    return f"{table}\n({note})"
+
+
 def format_bundle(bundle: Bundle) -> str:
     """Summarize a bundle: how the run ended, what ran where, and its summary metrics.
 
@@ -48,7 +83,8 @@ def format_bundle(bundle: Bundle) -> str:
         bundle: A bundle from :func:`kit.bundle.reader.read_bundle`.
 
     Returns:
-        A few ``key  value`` lines, a blank line, then a metric/value table.
+        A few ``key  value`` lines, a blank line, then a metric/value table, and with several
+        pipeline stages or timed phases a table per stage.
     """
     manifest, summary = bundle.manifest, bundle.metrics["summary"]
     rows = [("bundle", bundle.path.name), ("status", manifest["status"])]
@@ -61,14 +97,10 @@ def format_bundle(bundle: Bundle) -> str:
         ("world size", _value("world_size", summary["world_size"])),
     ]
     metrics = [(key, _value(key, summary[key])) for key in SUMMARY_KEYS]
-    return "\n\n".join(
-        [
-            tabulate(rows, tablefmt="plain", disable_numparse=True),
-            tabulate(
-                metrics,
-                headers=("metric", "value"),
-                colalign=("left", "right"),
-                disable_numparse=True,
-            ),
-        ]
-    )
+    parts = [
+        tabulate(rows, tablefmt="plain", disable_numparse=True),
+        tabulate(metrics, headers=("metric", "value"), colalign=("left", "right"),
+                 disable_numparse=True),
+    ]
+    stages = _stage_table(bundle.metrics.get("per_rank") or [])
+    return "\n\n".join(parts if stages is None else [*parts, stages])
