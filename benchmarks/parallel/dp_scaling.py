@@ -85,7 +85,7 @@ def ddp_worker(args: argparse.Namespace) -> None:
         step()
     _sync(device)
     seconds = (time.perf_counter() - start) / args.steps
-    worst = torch.tensor([seconds], dtype=torch.float64)
+    worst = torch.tensor([seconds], dtype=torch.float64, device=device)  # NCCL: on the GPU
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # the step ends when the slowest rank does
     if rank == 0:
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if not cpu else None
@@ -169,7 +169,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, measure in (("torch_ddp", lambda r: torch_ddp(args, r)),
                               ("kit", lambda r: kit_run(args, r, Path(tmp)))):
-            one, many = measure(1), measure(n)
+            one = measure(1)
+            many = measure(n) if n > 1 else one  # --gpus 1: a check of the script, one run each
             scaling = n * one["step_s"] / many["step_s"]
             figures.update({f"{name}_1_step_s": one["step_s"], f"{name}_{n}_step_s":
                             many["step_s"], f"{name}_scaling": scaling})
