@@ -338,19 +338,24 @@ def test_activations_match_what_megatron_core_saves_for_backward(tmp_path):
         assert row["estimated_bytes"] == pytest.approx(row["saved_bytes"], rel=0.01), row
 
 
-GPU_BUNDLES = sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())
+# Bundles recorded on one GPU (bf16, torch 2.11, megatron-core 0.19.2) and how close each set's
+# estimate was: benchmarks/telemetry (gpt3-1.3b micro-batch 4, H100 and H200; measured 36.50 GiB,
+# estimated 36.42, -0.2%) and benchmarks/parallel (mixtral-8x7b-4l micro-batch 1 on an H200,
+# recompute none and full; +2.6% and +1.0%). The target is 15%.
+GPU_BUNDLES = [
+    *((b, 0.02) for b in sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())),
+    *((b, 0.03) for b in sorted((REPO / "benchmarks" / "parallel" / "bundles").iterdir())),
+]
 
 
-@pytest.mark.parametrize("bundle", GPU_BUNDLES, ids=[b.name for b in GPU_BUNDLES])
-def test_estimate_matches_recorded_gpu_runs(bundle):
-    # Bundles recorded on one H100 and one H200 (gpt3-1.3b, micro-batch 4, bf16, torch 2.11,
-    # megatron-core 0.19.2; see benchmarks/telemetry): each rank's torch.cuda.max_memory_allocated
-    # against the estimate's allocated bytes (no framework overhead) for that rank's stage.
-    # Measured 36.50 GiB, estimated 36.42 GiB (-0.2%); the target is 15%.
+@pytest.mark.parametrize("bundle,tolerance", GPU_BUNDLES, ids=[b.name for b, _ in GPU_BUNDLES])
+def test_estimate_matches_recorded_gpu_runs(bundle, tolerance):
+    # Each rank's torch.cuda.max_memory_allocated against the estimate's allocated bytes (no
+    # framework overhead) for that rank's stage.
     b = read_bundle(bundle)
     cfg = RunConfig.model_validate(b.manifest["config"])
     assert not cfg.platform.is_cpu
     est = estimate_memory(cfg)
     for rank in b.metrics["per_rank"]:
         predicted = est.stages[rank["pp_rank"]].allocated_bytes
-        assert predicted == pytest.approx(rank["mem_peak_bytes"], rel=0.02), rank
+        assert predicted == pytest.approx(rank["mem_peak_bytes"], rel=tolerance), rank
