@@ -79,8 +79,8 @@ def test_all_violations_are_reported_on_one_line():
 
 
 def test_cpu_refuses_what_megatron_core_cannot_run_there():
-    assert "Transformer Engine" in violation(workload="gpt3-tiny", cp=2)
     assert "needs --sp" in violation(workload="mixtral-tiny", tp=2)
+    assert "no context parallelism" in violation(workload="gpt3-tiny", cp=2, engine="deepspeed")
 
 
 def test_cpu_accepts_the_megatron_matrix():
@@ -90,6 +90,7 @@ def test_cpu_accepts_the_megatron_matrix():
                              recompute_method="block"))
     assert cfg.world_size == 4 and cfg.optim.recompute_method == "block"
     assert resolve(RunRequest(workload="gpt3-tiny", pp=2, vpp=2)).parallel.vpp == 2
+    assert resolve(RunRequest(workload="mixtral-tiny", cp=2, dp=2)).parallel.cp == 2
 
 
 def test_megatron_fsdp_layouts():

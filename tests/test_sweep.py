@@ -32,7 +32,7 @@ EXPECTED = {
     "h100-fsdp": (8, 6),
 }
 # The multi-GPU evidence sweeps (issue 5), planned for the full node as a dry run resolves it.
-EVIDENCE = {"h200x2-matrix": (8, 8), "h200x4-matrix": (4, 4)}
+EVIDENCE = {"h200x2-matrix": (9, 9), "h200x4-matrix": (4, 4)}
 
 ODD_ROPE = (  # megatron-core rejects it when it builds the model: RoPE needs an even head dim
     "family: llama3\nnum_layers: 2\nhidden_size: 66\nnum_attention_heads: 2\n"

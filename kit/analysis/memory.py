@@ -281,7 +281,9 @@ def layer_activation_bytes(cfg: RunConfig) -> int:
     product); MoE instead ``k (e h + (c + 1) e f / t)`` with ``c`` the dense MLP's factor: each
     token's ``k`` routed copies as expert input, the expert MLP and the router-probability
     scaling of its output. RoPE adds its cos/sin tables for query and key, ``4 e s d`` per
-    layer and micro-batch whatever the batch size. The selective recompute of megatron-core
+    layer and micro-batch whatever the batch size. Context parallelism (``c`` = CP) adds the
+    keys and values gathered from the other ranks, ``2 e kv (c - 1) / t`` per local token
+    (:mod:`kit.engines.megatron.context_parallel`). The selective recompute of megatron-core
     (``core_attn``) drops nothing more: SDPA flash attention keeps no ``s x s`` scores, which
     is the ``5 a s / h`` term Korthikanti et al. recompute.
     """
@@ -307,6 +309,8 @@ def layer_activation_bytes(cfg: RunConfig) -> int:
         per_token += mlp_factor * e * f_shard
     else:
         per_token += w.moe_top_k * (e * h + (mlp_factor + 1) * e * f_shard)
+    if p.cp > 1:  # SDPA keeps the keys and values gathered from the other CP ranks
+        per_token += 2 * e * kv * (p.cp - 1) // t
     rope_tables = 4 * e * (w.seq_length // p.cp) * head_dim if rope else 0
     return per_token * _tokens(cfg) + rope_tables
 

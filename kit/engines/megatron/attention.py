@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from kit.engines.megatron.context_parallel import causal_mask, gather_sequence
+
 
 class SDPAttention(MegatronModule):
     """Drop-in ``core_attention`` for megatron-core's ``SelfAttention`` (causal, no dropout mask).
@@ -40,6 +42,9 @@ class SDPAttention(MegatronModule):
         self.head_dim = config.kv_channels
         self.scale = softmax_scale or 1.0 / math.sqrt(self.head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.cp_group = None
+        if config.context_parallel_size > 1:
+            self.cp_group = getattr(pg_collection, "cp", None) or _cp_group()
 
     def forward(
         self,
@@ -51,19 +56,34 @@ class SDPAttention(MegatronModule):
         attention_bias: torch.Tensor | None = None,
         packed_seq_params: object = None,
     ) -> torch.Tensor:
-        """Causal attention; ``attention_mask`` is ignored (the kit trains causal LMs only)."""
+        """Causal attention; ``attention_mask`` is ignored (the kit trains causal LMs only).
+
+        Under context parallelism the local queries attend to the keys and values of the whole
+        sequence (:mod:`kit.engines.megatron.context_parallel`).
+        """
         if packed_seq_params is not None or attention_bias is not None:
             raise NotImplementedError("SDPAttention supports neither packed sequences nor bias")
         sq, b = query.shape[0], query.shape[1]
+        mask = None
+        if self.cp_group is not None:  # keys and values of the whole sequence, causal by position
+            key, value = (gather_sequence(t, self.cp_group) for t in (key, value))
+            mask = causal_mask(sq, self.cp_group.rank(), self.cp_group.size(), query.device)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, hn]
         out = F.scaled_dot_product_attention(
             q, k, v,
+            attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=True,
+            is_causal=mask is None,
             scale=self.scale,
             enable_gqa=self.heads != self.groups,
         )
         return out.permute(2, 0, 1, 3).reshape(sq, b, self.heads * self.head_dim)
+
+
+def _cp_group() -> object:
+    from megatron.core import parallel_state
+
+    return parallel_state.get_context_parallel_group()
 
 
 def _tp_size() -> int:

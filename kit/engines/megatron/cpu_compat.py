@@ -12,6 +12,9 @@ and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
 * **Literal cuda devices.** ``device="cuda"``, ``.cuda()`` and ``.to("cuda")`` in the schedules,
   p2p communication and buffers. :class:`CudaToCpuMode`, a ``TorchFunctionMode``, rewrites
   them to the CPU for every torch call made while it is active.
+* **Pinned staging.** Under context parallelism the rotary embedding picks its rank's chunks
+  with an index built in pinned host memory (``pin_memory=True``) for a copy to the GPU;
+  there is no pinned allocator without an accelerator, so the mode drops the flag.
 * **Tensor type names.** Grad clipping and the (distributed) optimizer assert
   ``param.type() == 'torch.cuda.FloatTensor'``; inside the mode ``Tensor.type()`` of a CPU
   tensor reports its cuda name. Nothing else changes: the same CPU tensor is used.
@@ -96,6 +99,8 @@ class CudaToCpuMode(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if _is_cuda(kwargs.get("device")):
             kwargs["device"] = torch.device("cpu")
+        if kwargs.get("pin_memory"):  # staging for a host-to-device copy (CP's rotary slice)
+            kwargs["pin_memory"] = False
         if func is torch.Tensor.cuda:
             return args[0]
         if func is torch.Tensor.record_stream:

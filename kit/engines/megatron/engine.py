@@ -18,23 +18,43 @@ import torch.distributed as dist
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.megatron import adapter, speed
+from kit.engines.megatron.context_parallel import batch_on_this_rank
 from kit.engines.megatron.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.spec.run import RunConfig
 
 
-def _loss_func(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _loss_func(
+    output_tensor: torch.Tensor, cp_group: Any = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Mean loss over this rank's tokens, and a detached copy to report.
+
+    Under context parallelism each rank holds ``1/cp`` of the sequence. megatron-core's
+    schedule multiplies the returned loss by the CP size and its DDP averages gradients over
+    data x context parallel ranks (Megatron-LM's ``loss_func`` returns the local token sum over
+    the whole sequence's token count for that reason), so the loss trained on is the local mean
+    over ``cp``; the reported copy is the whole sequence's mean (averaged over the CP group).
+    """
     loss = output_tensor.float().mean()
     # clone: megatron's schedule divides the returned loss in place by the micro-batch count,
     # and a detached view would share that storage.
-    return loss, {"lm loss": loss.detach().clone()}
+    report = loss.detach().clone()
+    if cp_group is not None:
+        dist.all_reduce(report, group=cp_group)
+        report /= cp_group.size()
+        loss = loss / cp_group.size()
+    return loss, {"lm loss": report}
 
 
-def _forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+def _forward_step(
+    data_iterator: Any, model: torch.nn.Module, cp_group: Any = None
+) -> tuple[torch.Tensor, Any]:
     batch = next(data_iterator)
+    if cp_group is not None:
+        batch = batch_on_this_rank(batch)
     out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
-    return out, partial(_loss_func)
+    return out, partial(_loss_func, cp_group=cp_group)
 
 
 class MegatronEngine(Engine):
@@ -49,6 +69,7 @@ class MegatronEngine(Engine):
         self._features: frozenset[str] = frozenset()
         self._phases: PhaseTimers | None = None
         self._graph: Any = None
+        self._forward_step: Any = _forward_step
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
@@ -121,6 +142,8 @@ class MegatronEngine(Engine):
 
             self._graph = self._fwd_bwd = StepGraph(self._schedule, torch.cuda.current_stream())
         self._is_last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
+        cp_group = ps.get_context_parallel_group() if p.cp > 1 else None
+        self._forward_step = partial(_forward_step, cp_group=cp_group)
         return RankPlacement(
             rank=rank,
             local_rank=local_rank,
@@ -217,7 +240,7 @@ class MegatronEngine(Engine):
         chunks = len(self.model)
         iters = [self.data.step_iterator(step, num_micro, self.device) for _ in range(chunks)]
         losses = self._fwd_bwd(
-            forward_step_func=_forward_step,
+            forward_step_func=self._forward_step,
             data_iterator=iters if chunks > 1 else iters[0],
             model=self.model if chunks > 1 else self.model[0],
             num_microbatches=num_micro,
