@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from kit.engines.megatron.context_parallel import causal_mask, gather_sequence
+from kit.engines.megatron import context_parallel
 
 
 class SDPAttention(MegatronModule):
@@ -64,19 +64,13 @@ class SDPAttention(MegatronModule):
         if packed_seq_params is not None or attention_bias is not None:
             raise NotImplementedError("SDPAttention supports neither packed sequences nor bias")
         sq, b = query.shape[0], query.shape[1]
-        mask = None
-        if self.cp_group is not None:  # keys and values of the whole sequence, causal by position
-            key, value = (gather_sequence(t, self.cp_group) for t in (key, value))
-            mask = causal_mask(sq, self.cp_group.rank(), self.cp_group.size(), query.device)
-        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, hn]
-        out = F.scaled_dot_product_attention(
-            q, k, v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=mask is None,
-            scale=self.scale,
-            enable_gqa=self.heads != self.groups,
-        )
+        sdpa = dict(dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
+                    enable_gqa=self.heads != self.groups)
+        if self.cp_group is not None:  # keys and values of the whole sequence
+            out = context_parallel.attention(query, key, value, self.cp_group, **sdpa)
+        else:
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, hn]
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, **sdpa)
         return out.permute(2, 0, 1, 3).reshape(sq, b, self.heads * self.head_dim)
 
 
