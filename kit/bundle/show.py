@@ -72,7 +72,7 @@ def _stage_table(per_rank: list[dict[str, Any]]) -> str | None:
     )
     note = "seconds per measured step, mean over the stage's ranks"
     if not timed:
-        note += "; phases are timed on the cpu platform only (docs/engines.md)"
+        note += "; phases not timed (a CUDA-graphed step, or CHARLLM_PHASE_TIMERS=0)"
     return f"{table}\n({note})"
 
 

@@ -122,8 +122,9 @@ class MegatronEngine(Engine):
         if "cuda_graph" in self._features and not graph:
             self._speed_notes.append(
                 f"cuda_graph off: {', '.join(speed.graph_blockers(cfg))} keep(s) the eager step")
-        # per-phase timers only where they do not change the step (see phase_timers)
-        self._phases = PhaseTimers(self.config) if cpu else None
+        # per-phase timers, except in a graphed step (no Python runs there) or when switched off
+        timed = os.environ.get("CHARLLM_PHASE_TIMERS", "1") != "0" and not graph
+        self._phases = PhaseTimers(self.config, cuda=not cpu) if timed else None
 
         self.data = SyntheticTokens(
             vocab_size=cfg.workload.vocab_size,
