@@ -54,7 +54,7 @@ case "${1:-}" in
     shift
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
-  run|bundle|compare|report|workloads|platforms|--help|-h|--version)
+  run|sweep|bundle|compare|report|workloads|platforms|--help|-h|--version)
     exec "${KIT[@]}" "$@"
     ;;
   ""|-*)

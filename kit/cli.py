@@ -11,6 +11,9 @@ from pathlib import Path
 import click
 
 from kit.errors import KitInputError
+from kit.output_target import check_output_dir, check_output_file
+
+POSITIVE = click.IntRange(min=1)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,31 +25,37 @@ def cli() -> None:
 @cli.command()
 @click.argument("workload")
 @click.option("--platform", help="Platform name or YAML (default: detect this host).")
-@click.option("--engine", type=click.Choice(["megatron", "deepspeed"]), default="megatron")
-@click.option("--nodes", type=int, default=1, show_default=True)
-@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel degree.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline parallel degree.")
-@click.option("--dp", type=int, help="Data parallel degree (default: derived).")
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel degree.")
-@click.option("--cp", type=int, default=1, show_default=True, help="Context parallel degree.")
-@click.option("--vpp", type=int, help="Virtual pipeline stages per rank.")
+@click.option("--engine", type=click.Choice(["megatron", "deepspeed"]), default="megatron",
+              show_default=True)
+@click.option("--nodes", type=POSITIVE, default=1, show_default=True,
+              help="Nodes (a real run: one node; more resolve with --dry-run).")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local",
+              show_default=True, help="slurm is not available yet (refused).")
+@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor parallel degree.")
+@click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline parallel degree.")
+@click.option("--dp", type=POSITIVE, help="Data parallel degree (default: derived).")
+@click.option("--ep", type=POSITIVE, default=1, show_default=True, help="Expert parallel degree.")
+@click.option("--cp", type=POSITIVE, default=1, show_default=True, help="Context parallel degree.")
+@click.option("--vpp", type=POSITIVE, help="Virtual pipeline stages per rank.")
 @click.option("--sp", is_flag=True, help="Sequence parallelism (needs --tp > 1).")
 @click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather"]),
               default="alltoall", show_default=True, help="MoE token dispatcher.")
-@click.option("--micro-batch", type=int, help="Samples per micro-batch (default: workload's).")
-@click.option("--global-batch", type=int, help="Samples per step (default: workload's).")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none")
+@click.option("--micro-batch", type=POSITIVE, help="Samples per micro-batch (default: workload's).")
+@click.option("--global-batch", type=POSITIVE, help="Samples per step (default: workload's).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+              show_default=True)
 @click.option("--recompute-method", type=click.Choice(["uniform", "block"]), default="uniform",
               show_default=True, help="Which layers full recompute checkpoints.")
 @click.option("--overlap/--no-overlap", default=False, help="Overlap grad reduce/param gather.")
 @click.option("--dist-optimizer", is_flag=True, help="Shard optimizer states over DP.")
 @click.option("--fsdp", is_flag=True,
               help="megatron-core's Megatron-FSDP: shard weights, grads and optimizer over DP.")
-@click.option("--zero", type=click.IntRange(0, 3), default=0, help="DeepSpeed ZeRO stage.")
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+              help="DeepSpeed ZeRO stage.")
 @click.option("--offload", is_flag=True, help="DeepSpeed: optimizer states and step on the host.")
-@click.option("--steps", type=int, default=20, show_default=True, help="Measured steps.")
-@click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured steps first.")
+@click.option("--steps", type=POSITIVE, default=20, show_default=True, help="Measured steps.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Unmeasured steps first.")
 @click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,
               show_default=True, help="Sampling period; 0 turns telemetry off.")
 @click.option("--profile", is_flag=True, help="Record a kernel profile of one step.")
@@ -57,7 +66,8 @@ def cli() -> None:
               help="Resolve, validate and estimate memory only; launch nothing.")
 @click.option("--force", is_flag=True,
               help="Run even if the memory estimate predicts it will not fit.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON output: the resolved plan, the run's status and summary, or the error.")
 def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         **opts: object) -> None:
     """Train WORKLOAD on every rank, sample telemetry, and write one result bundle.
@@ -66,12 +76,12 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     """
     from kit.analysis.memory import ensure_fits, estimate_memory
     from kit.analysis.tables import print_dry_run, print_summary
-    from kit.spec.resolve import RunRequest, resolve
+    from kit.spec.resolve import resolve, run_request
 
     opts["micro_batch_size"] = opts.pop("micro_batch")
     opts["global_batch_size"] = opts.pop("global_batch")
     try:
-        cfg = resolve(RunRequest(workload=workload, **opts), require_present=not dry_run)
+        cfg = resolve(run_request(workload=workload, **opts), require_present=not dry_run)
         memory = estimate_memory(cfg)
         if not (dry_run or force):
             ensure_fits(memory)
@@ -83,11 +93,17 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     if dry_run:
         print_dry_run(cfg, as_json, memory)
         return
+    check_output_dir(out)
     from kit.launch.session import run_session
 
     result = run_session(cfg, out, command=sys.argv)
-    print_summary(result)
-    click.echo(str(result.bundle.resolve()))
+    if as_json:
+        click.echo(json.dumps({"status": result.status, "error": result.error,
+                               "bundle": str(result.bundle.resolve()),
+                               "summary": result.summary}))
+    else:
+        print_summary(result)
+        click.echo(str(result.bundle.resolve()))
     if result.status != "ok":
         sys.exit(1)
 
@@ -106,6 +122,7 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path) -> None:
     from kit.sweep.tables import plan_table, summary_table
 
     spec = load_sweep(sweep_file)
+    check_output_dir(out)
     if dry_run:
         from kit.sweep.plan import plan_sweep
 
@@ -229,6 +246,7 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
+        check_output_file(output)
         output.write_text(text, encoding="utf-8")
 
 
@@ -284,6 +302,9 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool) -> None:
     """Write a report on BUNDLES: comparison, checks and figures (self-contained HTML)."""
     from kit.analysis.report import write_report
 
+    check_output_file(out)
+    if markdown:
+        check_output_dir(out.parent / f"{out.stem}_figures")
     written = write_report(list(bundles), out, markdown=markdown)
     click.echo(str(written[0].resolve()))
 
@@ -301,3 +322,7 @@ def main() -> None:
     except click.ClickException as e:
         click.echo(f"error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:  # a path the user gave that the system will not read or write
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"error: {where}{e.strerror or e}", err=True)
+        sys.exit(2)

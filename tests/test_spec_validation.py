@@ -146,6 +146,13 @@ def test_workload_from_a_yaml_path(tmp_path):
         (["run", "gpt3-tiny", "--engine", "deepspeed", "--tp", "2", "--dry-run"],
          "the deepspeed engine has no tensor parallelism"),
         (["run", "gpt3-tiny", "--tp", "zero"], "'zero' is not a valid integer"),
+        (["run", "gpt3-tiny", "--tp", "0", "--dry-run"], "'--tp': 0 is not in the range x>=1"),
+        (["run", "gpt3-tiny", "--steps", "-1", "--dry-run"], "'--steps'"),
+        (["run", "gpt3-tiny", "--warmup", "-1", "--dry-run"], "'--warmup'"),
+        (["run", "gpt3-tiny", "--recompute-method", "block", "--dry-run"],
+         "use it with --recompute full"),
+        (["run", "gpt3-tiny", "--nodes", "2"], "--nodes 2: a run starts ranks on this node only"),
+        (["run", "gpt3-tiny", "--out", "/etc/hostname/sub"], "/etc/hostname is not a directory"),
         (["workloads", "show", "nope"], "unknown workload"),
         (["bundle", "verify", "/nonexistent/bundle"], "/nonexistent/bundle"),
     ],
@@ -155,6 +162,14 @@ def test_bad_input_is_one_line_and_exit_2(cli, args, needle):
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_yaml_that_is_not_text_is_one_line(cli, tmp_path):
+    binary = tmp_path / "blob.yaml"
+    binary.write_bytes(bytes(range(256)))
+    r = cli("run", str(binary), "--dry-run", timeout=120)
+    assert r.returncode == 2 and "not a YAML text file" in r.stderr
     assert "Traceback" not in r.stderr
 
 

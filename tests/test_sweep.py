@@ -184,19 +184,28 @@ def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
     broken = before["003-tp2-mb1"][0]
     with (broken / "metrics.json").open("a") as f:
         f.write(" ")  # the checksum no longer matches
+    unknown = sorted(before)[0]  # its recorded settings are unreadable: it must run again
+    (folder / unknown / "request.json").write_text("{not json")
     r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("kept (ok, bundle verifies)") == 3
+    assert r.stderr.count("kept (ok, bundle verifies)") == 2
     assert "point 3/4 003-tp2-mb1: running" in r.stderr
+    assert f"point 1/4 {unknown}: running" in r.stderr
     for name, (bundle, mtime) in before.items():
         (now,) = _bundles(folder / name)
-        if name == "003-tp2-mb1":
+        if name in ("003-tp2-mb1", unknown):
             assert now != bundle and (folder / name / "superseded" / bundle.name).is_dir()
             verify_bundle(now)
         else:
             assert now == bundle and (now / "manifest.json").stat().st_mtime_ns == mtime
     index = json.loads((folder / "sweep.json").read_text())
-    assert [p["resumed"] for p in index["points"]] == [True, True, False, True]
+    assert [p["resumed"] for p in index["points"]] == [False, True, False, True]
+
+
+def test_resume_of_a_missing_sweep_folder_is_refused(cli, tmp_path):
+    r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(tmp_path / "typo"), "--resume")
+    assert r.returncode == 2 and "nothing to resume" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "typo").exists()
 
 
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):

@@ -124,7 +124,9 @@ def print_dry_run(cfg: RunConfig, as_json: bool, memory: MemoryEstimate | None =
         print(resolved_summary(cfg))
         if memory is not None:
             print(memory_table(memory))
-        print("dry run: valid; nothing launched")
+        refused = memory is not None and fit_refusal(memory) is not None
+        print("dry run: valid, but run refuses it unless --force (memory); nothing launched"
+              if refused else "dry run: valid; nothing launched")
 
 
 SUMMARY_ROWS = [

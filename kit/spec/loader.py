@@ -26,9 +26,11 @@ def describe_validation_error(err: ValidationError) -> str:
 def load_yaml_model(path: Path, model: type[M]) -> M:
     """Parse ``path`` with the safe YAML loader and validate it as ``model``."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise KitInputError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise KitInputError(f"{path}: not a YAML text file (not UTF-8)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

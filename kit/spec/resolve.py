@@ -101,6 +101,14 @@ def _data_parallel(req: RunRequest, platform: PlatformSpec, per_node: int | None
     return derived
 
 
+def run_request(**fields: object) -> RunRequest:
+    """Build a :class:`RunRequest`, turning a validation failure into one-line bad input."""
+    try:
+        return RunRequest(**fields)  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise KitInputError(f"invalid run options: {describe_validation_error(e)}") from None
+
+
 def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
     """Resolve and validate ``req``; raise :class:`KitInputError` listing every violation.
 
@@ -112,6 +120,11 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         raise KitInputError(
             f"platform {platform.name} ({platform.device_name}) is not present on this host; "
             "use --dry-run to resolve it here, or --platform cpu"
+        )
+    if require_present and req.nodes > 1:
+        raise KitInputError(
+            f"--nodes {req.nodes}: a run starts ranks on this node only (multi-node launch "
+            "through torchrun or Slurm is not available yet); --dry-run resolves the layout"
         )
     per_node = platform.devices_per_node
     if require_present and per_node is not None:

@@ -13,6 +13,9 @@ def layout_violations(cfg: RunConfig) -> list[str]:
         out.append(f"query groups ({w.query_groups}) must be divisible by --tp {p.tp}")
     if w.num_layers % p.pp:
         out.append(f"layers ({w.num_layers}) must be divisible by --pp {p.pp}")
+    if o.recompute_method == "block" and o.recompute != "full":
+        out.append("--recompute-method block chooses which layers full recompute checkpoints; "
+                   "use it with --recompute full")
     if p.vpp is not None:
         if p.pp < 2:
             out.append("--vpp needs --pp of at least 2")

@@ -56,14 +56,18 @@ def earlier_bundle(point_dir: Path, request_json: dict) -> Bundle | None:
     """The bundle ``--resume`` keeps for a point: its newest, if it verifies and ran to an end.
 
     An ``interrupted`` bundle is not kept (the sweep was stopped there); ``failed`` and ``oom``
-    are outcomes and are kept.
+    are outcomes and are kept. A point folder without a readable ``request.json`` (the
+    settings it ran with) is run again.
 
     Raises:
         KitInputError: The point folder was run with other run fields than the sweep file now
             gives (the file changed): resuming would mix two sweeps.
     """
-    request_file = point_dir / REQUEST_FILE
-    if request_file.is_file() and json.loads(request_file.read_text()) != request_json:
+    try:
+        recorded = json.loads((point_dir / REQUEST_FILE).read_text())
+    except (OSError, ValueError):  # no readable record of its settings: run it again
+        return None
+    if recorded != request_json:
         raise KitInputError(
             f"{point_dir} was run with other settings than the sweep file now gives; "
             "use another --out (or remove that folder) to run the changed sweep"
@@ -127,6 +131,9 @@ def run_sweep(
     if (folder / INDEX_FILE).exists() and not resume:
         raise KitInputError(f"sweep folder {folder} exists; pass --resume to continue it, "
                             "or --out another directory")
+    if resume and not (folder / INDEX_FILE).is_file():
+        raise KitInputError(f"nothing to resume: {folder} has no {INDEX_FILE}; check --out, or "
+                            "leave out --resume to start the sweep")
     plan = plan_sweep(spec, require_present=True)
     runnable = [p for p in plan if p.valid]
     if not runnable:
