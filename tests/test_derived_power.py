@@ -99,3 +99,25 @@ def test_recorded_bundles_against_a_plain_reference(bundle: Path):
     assert d["power_w_peak"] == max(powers) and d["samples"] == len(powers)
     assert d["throttle_frac"] == pytest.approx(throttled / len(powers))
     assert d["throttle_frac_by_reason"]["power_cap"] > 0.9  # H100/H200 at 700 W: power capped
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: b.name)
+def test_zeus_windows_agree_with_the_sampled_counter(bundle: Path):
+    """Zeus's step windows and the sampler's counter read the same GPU over the same steps."""
+    st, tele = pq.read_table(bundle / "steps.parquet"), pq.read_table(bundle / "telemetry.parquet")
+    (d,), agg = device_metrics(tele, st, [], 1)
+    zeus = sum(r["gpu_energy_j"] for r in st.to_pylist() if r["phase"] == "measured")
+    assert agg["zeus_energy_j"] == pytest.approx(zeus)
+    assert agg["zeus_vs_counter"] == pytest.approx(zeus / d["energy_j"] - 1)
+    assert abs(agg["zeus_vs_counter"]) < 0.03, agg["zeus_vs_counter"]
+
+
+def test_zeus_cross_check_is_null_without_zeus_or_counter():
+    rows = [make_row(t, 0, 0, "gpu", power_w=100.0) for t in (0.0, 0.5, 1.0)]
+    tele = pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA)
+    _, agg = device_metrics(tele, steps([(0, 0, "measured", 0.0, 1.0)]), [], 10)
+    assert agg["zeus_energy_j"] is None and agg["zeus_vs_counter"] is None  # no Zeus windows
+    with_zeus = steps([(0, 0, "measured", 0.0, 1.0)]).set_column(
+        8, "gpu_energy_j", pa.array([99.0]))
+    _, agg = device_metrics(tele, with_zeus, [], 10)  # energy integrated, not from the counter
+    assert agg["zeus_energy_j"] == 99.0 and agg["zeus_vs_counter"] is None

@@ -144,6 +144,11 @@ def test_a_crashing_rank_gives_status_failed(tmp_path):
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["status"] == "failed" and m["error"]
     assert m["ranks"][1]["status"] == "failed"
+    # The steps both ranks ran before the kill are in the bundle, the killed rank's included
+    # (streamed as they ended, not only written at exit).
+    losses = losses_by_rank(bundle)
+    assert len(losses[1]) >= 2 and len(losses[0]) >= len(losses[1]) - 1
+    assert losses[1][:2] == losses[0][:2]  # TP ranks report the same loss
 
 
 def test_an_exception_in_a_rank_is_recorded(cli, tmp_path):
@@ -155,12 +160,15 @@ def test_an_exception_in_a_rank_is_recorded(cli, tmp_path):
         "normalization: rmsnorm\nposition_embedding: rope\nadd_bias_linear: false\n"
         "tie_embeddings: false\nglobal_batch_size: 2\n"
     )
-    r = cli("run", str(wl), "--steps", "2", "--warmup", "0", "--out", str(tmp_path / "out"))
+    r = cli("run", str(wl), "--steps", "2", "--warmup", "0", "--out", str(tmp_path / "out"),
+            "--json")
     assert r.returncode == 1
-    bundle = bundle_path(r.stdout)
+    printed = json.loads(r.stdout)  # --json: status, error, bundle and summary as one object
+    bundle = Path(printed["bundle"])
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
-    assert m["status"] == "failed" and m["error"].startswith("rank 0: ")
+    assert m["status"] == printed["status"] == "failed" and m["error"].startswith("rank 0: ")
+    assert printed["error"] == m["error"] and "step_time_s" in printed["summary"]
     assert "Traceback" in (bundle / "logs" / "rank0.log").read_text()
 
 

@@ -30,7 +30,9 @@ The aggregate sums energy over devices (null unless every device has it; ``energ
 fraction, utilization), takes the maximum of peaks and temperatures, and ``peak_to_mean`` of the
 worst (largest) device, since the job's power delivery must absorb its worst device's swings.
 ``temp_gpu_c_spread`` is the hottest minus the coolest per-device mean temperature; throttle
-fractions pool all devices' samples; excursion counts and seconds add up. A figure that
+fractions pool all devices' samples; excursion counts and seconds add up. ``zeus_energy_j``
+and ``zeus_vs_counter`` cross-check the counter against Zeus's own step windows
+(:func:`zeus_cross_check`). A figure that
 cannot be computed is None, never 0.
 
 Rows are grouped per device by one stable radix sort of small integer codes, O(n); a device
@@ -284,8 +286,28 @@ def device_metrics(
                                          excursion_frac, measured_steps)
         per_device.append(figures)
         counts += device_counts
-    return per_device, _aggregate(per_device, counts, tokens_per_step, measured_steps,
-                                  excursion_frac)
+    aggregate = _aggregate(per_device, counts, tokens_per_step, measured_steps, excursion_frac)
+    return per_device, {**aggregate, **zeus_cross_check(steps, aggregate, len(per_device))}
+
+
+def zeus_cross_check(steps: pa.Table, aggregate: dict[str, Any],
+                     devices: int) -> dict[str, Any]:
+    """Zeus's energy over the measured steps against the sampled hardware counter's.
+
+    ``zeus_energy_j`` sums every rank's Zeus step windows (``steps.parquet`` ``gpu_energy_j``)
+    over the measured steps; ``zeus_vs_counter`` is ``zeus_energy_j / energy_j - 1`` when the
+    job's energy comes from the counter and every sampled device is one rank's GPU (the same
+    devices over the same windows, read two ways), else None.
+    """
+    measured = steps.filter(pc.equal(steps["phase"], "measured"))
+    energy = measured["gpu_energy_j"]
+    if measured.num_rows == 0 or energy.null_count:
+        return {"zeus_energy_j": None, "zeus_vs_counter": None}
+    zeus = float(pc.sum(energy).as_py())
+    ranks = len(pc.unique(measured["rank"]))
+    counter = aggregate.get("energy_j") if aggregate.get("energy_source") == "counter" else None
+    rel = zeus / counter - 1 if counter and devices == ranks else None
+    return {"zeus_energy_j": zeus, "zeus_vs_counter": rel}
 
 
 def host_power(telemetry: pa.Table, steps: pa.Table, tokens_per_step: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Result bundle v1: the files' schemas, with every field's meaning and unit.
 
-A bundle is the one artifact a run leaves behind (DESIGN.md, "Result bundle v1"):
+A bundle is the one artifact a run leaves behind (docs/bundle-format.md):
 ``manifest.json`` (:class:`Manifest`), ``metrics.json`` (:class:`MetricsFile`),
 ``steps.parquet`` (:data:`STEPS_SCHEMA`), ``telemetry.parquet`` (:data:`TELEMETRY_SCHEMA`),
 optional ``profile/``, ``logs/rank<N>.log`` and ``SHA256SUMS``. A measurement the host cannot
@@ -127,8 +127,8 @@ class NodeInventory(BaseModel):
     cpu_count: int = Field(gt=0, description="Logical CPUs.")
     memory_bytes: int = Field(gt=0, description="Host memory, bytes.")
     gpus: list[dict[str, Any]] = Field(
-        description="One dict per device as its driver reports it (index, name, uuid, "
-        "memory_bytes, ...); empty on cpu."
+        description="One dict per device as its driver reports it (device, name, uuid, "
+        "memory_total_bytes, power_limit_w, ...); empty on cpu."
     )
     driver: str | None = Field(description="GPU driver version; null without GPUs.")
     cuda: str | None = Field(description="CUDA runtime torch was built with; null if none.")
@@ -145,8 +145,10 @@ class FieldSource(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    source: str | None = Field(description="Backend and counter, e.g. 'nvml:power.instant'.")
-    period_ms: float | None = Field(gt=0, description="Sampling period, milliseconds.")
+    source: str | None = Field(description="Backend that fed it, e.g. 'nvml'; null when none did.")
+    period_ms: float | None = Field(
+        gt=0, description="Mean period between the field's reads, milliseconds (the sampling "
+        "period, or a slow counter's own read period).")
     reason: str | None = Field(description="Why the field is null (required when source is).")
 
     @model_validator(mode="after")

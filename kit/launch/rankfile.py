@@ -1,15 +1,17 @@
 """The files a rank and its launcher exchange inside the bundle's staging directory.
 
 ``run-config.json`` (the resolved RunConfig, written by the launcher), ``ranks/rank<N>.json``
-(each rank's result, written atomically at exit) and ``progress.jsonl`` (one line per step,
-appended by rank 0, read by the launcher to show progress).
+(each rank's result, written atomically at exit), ``ranks/rank<N>.steps.jsonl`` (each rank's
+steps as they end, so a rank killed before its exit leaves the steps it ran) and
+``progress.jsonl`` (one line per step, appended by rank 0, read by the launcher to show
+progress).
 """
 
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from kit.spec.run import RunConfig
 
@@ -82,3 +84,41 @@ def read_rank_result(staging: Path, rank: int) -> RankResult | None:
     data = json.loads(path.read_text())
     data["steps"] = [StepRecord(**s) for s in data["steps"]]
     return RankResult(**data)
+
+
+def _steps_log(staging: Path, rank: int) -> Path:
+    return staging / RANKS_DIR / f"rank{rank}.steps.jsonl"
+
+
+def open_steps_log(staging: Path, rank: int) -> IO[str]:
+    """The file a rank appends one :class:`StepRecord` line to after every step."""
+    path = _steps_log(staging, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")
+
+
+def append_step(log: IO[str], record: StepRecord, stage: int) -> None:
+    """Append ``record`` (and the rank's pipeline stage) and flush it to the OS."""
+    log.write(json.dumps({**asdict(record), "stage": stage}) + "\n")
+    log.flush()
+
+
+def recover_rank_result(staging: Path, rank: int) -> RankResult | None:
+    """What a rank that died without its result file left: its streamed steps, as failed.
+
+    Only its steps and pipeline stage are known (for ``steps.parquet``); a line torn by the
+    kill is dropped. None when the rank logged no step.
+    """
+    path = _steps_log(staging, rank)
+    steps, stage = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        stage = data.pop("stage", stage)
+        steps.append(StepRecord(**data))
+    if not steps:
+        return None
+    return RankResult(rank=rank, local_rank=rank, node=0, placement={"pp_rank": stage},
+                      steps=steps)

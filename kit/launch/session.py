@@ -35,6 +35,7 @@ from kit.launch.rankfile import (
     RANKS_DIR,
     RankResult,
     read_rank_result,
+    recover_rank_result,
     write_config,
 )
 from kit.spec.run import RunConfig
@@ -156,6 +157,7 @@ def telemetry_sources(
                 continue
             if info.readable:
                 period = report.mean_period_ms if report and report.mean_period_ms else interval_ms
+                period = max(period, info.read_period_ms or 0.0)  # a slow field: its own rate
                 notes = [n for n in (
                     info.reason,
                     f"counter updates every {info.update_period_ms:g} ms"
@@ -168,6 +170,13 @@ def telemetry_sources(
         else:
             out[name] = FieldSource(source=None, period_ms=None, reason=reason)
     return out
+
+
+def _missing_reason(why: str, report: SamplerReport | None, notes: list[str]) -> str:
+    """Why a field has no source; a sampler that failed left no report, maybe some rows."""
+    if report is not None or not notes:
+        return why
+    return f"the sampler gave no report ({notes[-1]}); rows it streamed before are kept"
 
 
 def device_facts(report: SamplerReport | None, replay: bool) -> list[dict[str, Any]]:
@@ -217,7 +226,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
     status, error = overall_status(cfg, outcome, results)
     if launch_error:
         status, error = "failed", launch_error
-    steps = steps_table(results)
+    steps = steps_table([r or recover_rank_result(staging.path, i) for i, r in enumerate(results)])
     telemetry = concat_chunks(staging.chunks_dir)
     facts = [{"node": 0, **d} for d in device_facts(report, replay=True)]
     summary, per_device, power, notes = summarize(
@@ -252,7 +261,8 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
                   "scaling": cfg.scaling.model_dump(mode="json") if cfg.scaling else None},
         platform=cfg.platform.model_dump(mode="json"),
         inventory=[inventory],
-        telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
+        telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms,
+                                            _missing_reason(missing_why, report, telemetry_notes)),
         ranks=rank_records(cfg, results, status),
     )
     (staging.path / CONFIG_FILE).unlink(missing_ok=True)

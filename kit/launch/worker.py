@@ -24,6 +24,8 @@ from kit.launch.rankfile import (
     PROGRESS_FILE,
     RankResult,
     StepRecord,
+    append_step,
+    open_steps_log,
     read_config,
     write_rank_result,
 )
@@ -113,6 +115,7 @@ def run_rank(staging: Path) -> int:
     flag = _StopFlag()
     engine = None
     progress = (staging / PROGRESS_FILE).open("a") if rank == 0 else None
+    steps_log = open_steps_log(staging, rank)
     try:
         cfg = read_config(staging)
         engine = build_engine(cfg)
@@ -142,9 +145,9 @@ def run_rank(staging: Path) -> int:
             energy = None
             if zeus is not None and phase == "measured":
                 zeus, energy = zeus.end_step(step)
-            result.steps.append(
-                StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy, out.phases)
-            )
+            record = StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy, out.phases)
+            result.steps.append(record)
+            append_step(steps_log, record, result.placement.get("pp_rank", 0))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
             if progress is not None:
                 progress.write(json.dumps({"step": step, "dt": t1 - t0, "loss": out.loss}) + "\n")
@@ -170,6 +173,7 @@ def run_rank(staging: Path) -> int:
             except Exception:  # the device may be unusable after a failure
                 pass
         write_rank_result(staging, result)
+        steps_log.close()
         if progress is not None:
             progress.close()
         if engine is not None and result.status in ("ok", "interrupted"):

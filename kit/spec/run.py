@@ -86,7 +86,7 @@ class RunConfig(BaseModel):
     telemetry_interval_ms: int = Field(
         ge=0, description="Telemetry sampling period, milliseconds; 0 turns telemetry off."
     )
-    profile: bool = Field(False, description="Record a kernel profile of one measured step.")
+    profile: bool = Field(False, description="Record a kernel profile of the last warmup step.")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
 

@@ -30,11 +30,14 @@ class FieldInfo:
             when readable, an optional note on how it is read (e.g. a fallback counter).
         update_period_ms: How often the underlying counter refreshes, in milliseconds, when
             known; ``None`` when unknown. Sampling faster than this repeats values.
+        read_period_ms: The least time between two reads of this field when the source reads
+            it less often than every tick (a slow query); ``None`` when read every tick.
     """
 
     readable: bool
     reason: str | None = None
     update_period_ms: float | None = None
+    read_period_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict of the attributes."""

@@ -6,8 +6,9 @@ temperature, clocks, utilisation, memory and throttle reasons. The slow queries
 (:data:`SLOW_FIELDS`: the energy counter, PCIe and per-link NVLink byte counters, violation
 times; 1-13 ms per device each on H200) are read at most every :data:`SLOW_READ_MS`, in a
 field-values request per field; rows between carry ``None`` for them. Measured on
-2 x H200: reading them every 20 ms tick took 68 ms per tick, and the combined 41-entry
-request per device crashed the sampler under a NCCL run (``benchmarks/telemetry/results/``).
+2 x H200: reading them every 20 ms tick took 68 ms per tick, and the sampler, then making one
+combined 41-entry request per device, died in an NVML read under a NCCL run; that request is the
+suspect (``benchmarks/telemetry/results/h200x2-sampler-crash.md``), not yet re-tested on 2 GPUs.
 Which counters a device has is found once, at construction: a field the
 device or driver cannot read stays ``None`` in its rows, with NVML's error as the reason.
 
@@ -394,7 +395,9 @@ class NvmlSource(TelemetrySource):
                         notes.append(f"read every {SLOW_READ_MS:g} ms (a slow NVML query); "
                                      "null in the rows between")
                     note = "; ".join(notes) or None
-                    dev.info[name] = FieldInfo(True, note, self._period_ms(name, arch))
+                    dev.info[name] = FieldInfo(
+                        True, note, self._period_ms(name, arch),
+                        SLOW_READ_MS if name in SLOW_FIELDS else None)
                     break
                 failed.append(why)
             else:
@@ -474,8 +477,9 @@ class NvmlSource(TelemetrySource):
             if not readable:
                 out[name] = FieldInfo(False, _group_reasons(self._devices, name))
             elif len(readable) < len(infos):
-                period = readable[0].update_period_ms
-                out[name] = FieldInfo(True, _group_reasons(self._devices, name), period)
+                first = readable[0]
+                out[name] = FieldInfo(True, _group_reasons(self._devices, name),
+                                       first.update_period_ms, first.read_period_ms)
             else:
                 out[name] = readable[0]
         return out

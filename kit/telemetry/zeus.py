@@ -3,8 +3,8 @@
 Unlike the node sampler, these windows live in the training rank: Zeus's ``ZeusMonitor``
 reads the GPU's hardware energy counter (through NVML on NVIDIA, AMD SMI on AMD) at the exact
 step boundaries the rank itself marks, so step energy needs no interpolation. Each rank
-measures the one GPU it drives. The figures are cross-checked against the sampler's NVML
-counter in the bundle's metrics.
+measures the one GPU it drives. ``metrics.json`` ``power.zeus_vs_counter`` cross-checks their
+sum against the sampler's counter (:func:`kit.analysis.power.zeus_cross_check`).
 """
 
 from typing import Any
