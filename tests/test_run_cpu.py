@@ -108,7 +108,7 @@ def wait_for_steps(out: Path, steps: int, timeout_s: float = 300) -> None:
     """Block until rank 0 of the run staged under ``out`` has finished ``steps`` steps."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        progress = next(out.glob(".*.partial/progress.jsonl"), None)
+        progress = next(out.glob(".*.partial/ranks/rank0.steps.jsonl"), None)
         if progress is not None and progress.read_text().count("\n") >= steps:
             return
         time.sleep(0.2)

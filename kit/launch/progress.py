@@ -1,4 +1,4 @@
-"""Show training progress while ranks run, from the lines rank 0 appends to progress.jsonl."""
+"""Show training progress while ranks run, from the step lines rank 0 streams (rankfile)."""
 
 import json
 import sys
@@ -9,10 +9,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class ProgressWatcher:
-    """Poll ``progress.jsonl`` and draw a bar on a terminal, or print one line per step."""
+    """Poll rank 0's step log and draw a bar on a terminal, or print one line per step."""
 
     def __init__(self, path: Path, total: int, warmup: int, label: str) -> None:
-        self.path, self.total, self.warmup, self.label = path, total, warmup, label
+        self.path, self.total, self.label = path, total, label
         self._offset = 0
         self._console = Console(stderr=True)
         self._bar: Progress | None = None
@@ -38,9 +38,8 @@ class ProgressWatcher:
         self._offset += len(complete.encode())
         for line in complete.splitlines():
             rec = json.loads(line)
-            phase = "warmup" if rec["step"] < self.warmup else "measured"
             loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
-            info = f"{phase} {rec['dt']:.3f}s/step loss {loss}"
+            info = f"{rec['phase']} {rec['t_end'] - rec['t_start']:.3f}s/step loss {loss}"
             if self._bar is not None and self._task is not None:
                 self._bar.update(self._task, completed=rec["step"] + 1, info=info)
             else:

@@ -1,10 +1,9 @@
 """The files a rank and its launcher exchange inside the bundle's staging directory.
 
 ``run-config.json`` (the resolved RunConfig, written by the launcher), ``ranks/rank<N>.json``
-(each rank's result, written atomically at exit), ``ranks/rank<N>.steps.jsonl`` (each rank's
-steps as they end, so a rank killed before its exit leaves the steps it ran) and
-``progress.jsonl`` (one line per step, appended by rank 0, read by the launcher to show
-progress).
+(each rank's result, written atomically at exit) and ``ranks/rank<N>.steps.jsonl`` (each rank's
+steps as they end: a rank killed before its exit leaves the steps it ran, and the launcher
+shows progress from rank 0's).
 """
 
 import json
@@ -16,7 +15,6 @@ from typing import IO, Any
 from kit.spec.run import RunConfig
 
 CONFIG_FILE = "run-config.json"
-PROGRESS_FILE = "progress.jsonl"
 RANKS_DIR = "ranks"
 
 
@@ -86,13 +84,14 @@ def read_rank_result(staging: Path, rank: int) -> RankResult | None:
     return RankResult(**data)
 
 
-def _steps_log(staging: Path, rank: int) -> Path:
+def steps_log_path(staging: Path, rank: int) -> Path:
+    """Where ``rank`` streams its steps (:func:`append_step`)."""
     return staging / RANKS_DIR / f"rank{rank}.steps.jsonl"
 
 
 def open_steps_log(staging: Path, rank: int) -> IO[str]:
     """The file a rank appends one :class:`StepRecord` line to after every step."""
-    path = _steps_log(staging, rank)
+    path = steps_log_path(staging, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path.open("a", encoding="utf-8")
 
@@ -109,7 +108,7 @@ def recover_rank_result(staging: Path, rank: int) -> RankResult | None:
     Only its steps and pipeline stage are known (for ``steps.parquet``); a line torn by the
     kill is dropped. None when the rank logged no step.
     """
-    path = _steps_log(staging, rank)
+    path = steps_log_path(staging, rank)
     steps, stage = [], 0
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
         try:

@@ -31,11 +31,11 @@ from kit.launch.local import LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
     CONFIG_FILE,
-    PROGRESS_FILE,
     RANKS_DIR,
     RankResult,
     read_rank_result,
     recover_rank_result,
+    steps_log_path,
     write_config,
 )
 from kit.spec.run import RunConfig
@@ -203,7 +203,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
     telemetry_notes: list[str] = []
     outcome = LaunchOutcome()
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
-    watcher = ProgressWatcher(staging.path / PROGRESS_FILE, cfg.total_steps, cfg.warmup, label)
+    watcher = ProgressWatcher(steps_log_path(staging.path, 0), cfg.total_steps, cfg.warmup, label)
     launch_error: str | None = None
     try:
         try:
@@ -266,7 +266,6 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
         ranks=rank_records(cfg, results, status),
     )
     (staging.path / CONFIG_FILE).unlink(missing_ok=True)
-    (staging.path / PROGRESS_FILE).unlink(missing_ok=True)
     shutil.rmtree(staging.path / RANKS_DIR, ignore_errors=True)
     path = staging.finalize(manifest, metrics, steps, telemetry)
     return SessionResult(bundle=path, status=status, error=error, summary=summary, cfg=cfg)

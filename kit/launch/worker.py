@@ -6,7 +6,6 @@ all ranks agree (an all-reduce of the flag) and stop together with status ``inte
 stopped run still yields complete step records.
 """
 
-import json
 import os
 import signal
 import sys
@@ -21,7 +20,6 @@ import torch.distributed as dist
 from kit.engines import build_engine
 from kit.launch.profiling import profiled_step, step_trace
 from kit.launch.rankfile import (
-    PROGRESS_FILE,
     RankResult,
     StepRecord,
     append_step,
@@ -114,7 +112,6 @@ def run_rank(staging: Path) -> int:
     result = RankResult(rank=rank, local_rank=local_rank, node=node)
     flag = _StopFlag()
     engine = None
-    progress = (staging / PROGRESS_FILE).open("a") if rank == 0 else None
     steps_log = open_steps_log(staging, rank)
     try:
         cfg = read_config(staging)
@@ -149,9 +146,6 @@ def run_rank(staging: Path) -> int:
             result.steps.append(record)
             append_step(steps_log, record, result.placement.get("pp_rank", 0))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
-            if progress is not None:
-                progress.write(json.dumps({"step": step, "dt": t1 - t0, "loss": out.loss}) + "\n")
-                progress.flush()
         if zeus is not None:
             result.measured_energy_j = zeus.end_phase()
         result.status = status
@@ -174,8 +168,6 @@ def run_rank(staging: Path) -> int:
                 pass
         write_rank_result(staging, result)
         steps_log.close()
-        if progress is not None:
-            progress.close()
         if engine is not None and result.status in ("ok", "interrupted"):
             engine.teardown()
 

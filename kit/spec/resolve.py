@@ -106,7 +106,7 @@ def run_request(**fields: object) -> RunRequest:
     try:
         return RunRequest(**fields)  # type: ignore[arg-type]
     except ValidationError as e:
-        raise KitInputError(f"invalid run options: {describe_validation_error(e)}") from None
+        raise KitInputError(f"invalid run fields: {describe_validation_error(e)}") from None
 
 
 def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:

@@ -10,12 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from kit.analysis.memory import MemoryEstimate, estimate_memory, fit_refusal
 from kit.errors import KitInputError
-from kit.spec.loader import describe_validation_error
-from kit.spec.resolve import RunRequest, resolve
+from kit.spec.resolve import RunRequest, resolve, run_request
 from kit.spec.run import RunConfig
 from kit.sweep.spec import SweepSpec
 
@@ -64,9 +61,9 @@ def _verdict(
 ) -> tuple[RunRequest | None, RunConfig | None, MemoryEstimate | None, str | None]:
     fields = {**spec.base, **values}
     try:
-        req = RunRequest.model_validate(fields)
-    except ValidationError as e:
-        return None, None, None, f"invalid run fields: {describe_validation_error(e)}"
+        req = run_request(**fields)
+    except KitInputError as e:
+        return None, None, None, str(e)
     defaulted = req.model_dump()
     for rule in spec.skip_if:
         try:

@@ -391,13 +391,12 @@ class NvmlSource(TelemetrySource):
                 why = self._adopt(dev, name, c, probe, batch_error)
                 if why is None:
                     notes = [*failed, f"read from {c.label}"] if failed else []
-                    if name in SLOW_FIELDS:
-                        notes.append(f"read every {SLOW_READ_MS:g} ms (a slow NVML query); "
+                    read_ms = SLOW_READ_MS if name in SLOW_FIELDS else None
+                    if read_ms:
+                        notes.append(f"read every {read_ms:g} ms (a slow NVML query); "
                                      "null in the rows between")
                     note = "; ".join(notes) or None
-                    dev.info[name] = FieldInfo(
-                        True, note, self._period_ms(name, arch),
-                        SLOW_READ_MS if name in SLOW_FIELDS else None)
+                    dev.info[name] = FieldInfo(True, note, self._period_ms(name, arch), read_ms)
                     break
                 failed.append(why)
             else:
