@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from kit.errors import KitInputError
+from kit.errors import KitInputError, RunNotPublished
 from kit.output_target import check_output_dir, check_output_file
 
 POSITIVE = click.IntRange(min=1)
@@ -218,6 +218,22 @@ def bundle_verify(paths: tuple[Path, ...]) -> None:
         click.echo(f"ok  {p}  ({len(files)} files)")
 
 
+@bundle.command("recover")
+@click.argument("path", type=click.Path(path_type=Path))
+def bundle_recover(path: Path) -> None:
+    """Publish the staging folder (OUT/.<id>.partial) a killed launcher left; print the bundle.
+
+    Keeps every step and telemetry sample it recorded; the bundle's status is failed, with the
+    reason. Refused while the launcher or its ranks still run.
+    """
+    from kit.bundle.recover import recover_bundle
+    from kit.bundle.verify import verify_bundle
+
+    bundle_path = recover_bundle(path)
+    verify_bundle(bundle_path)
+    click.echo(str(bundle_path.resolve()))
+
+
 @bundle.command("pack")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
@@ -316,6 +332,9 @@ def main() -> None:
     except KitInputError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
+    except RunNotPublished as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

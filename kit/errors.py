@@ -19,3 +19,8 @@ class KitInputError(KitError):
 class BundleError(KitInputError):
     """A result bundle that is missing, corrupt, tampered with or of an unknown schema."""
 
+
+
+class RunNotPublished(KitError):
+    """A run whose bundle could not be written (a full disk): its staging folder keeps what
+    was recorded, and ``bundle recover`` publishes it once the cause is fixed. Exit code 1."""

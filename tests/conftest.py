@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -56,3 +57,44 @@ def cpu_bundle(tmp_path_factory) -> Path:
     r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
     return bundle_path(r.stdout)
+
+
+def start_long_run(out: Path, *args: str, steps: int = 500) -> subprocess.Popen:
+    """A run (default: 2 ranks, TP 2) far longer than any test waits for.
+
+    It starts in a process group and session of its own (its pid is the group id), as a job
+    started by Slurm, systemd or ``timeout`` is, so a test can signal the whole group.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", *(args or ("--tp", "2")),
+         "--steps", str(steps), "--warmup", "1", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        start_new_session=True,
+    )
+
+
+def wait_for_steps(out: Path, steps: int, timeout_s: float = 300) -> None:
+    """Block until rank 0 of the run staged under ``out`` has finished ``steps`` steps."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        progress = next(out.glob(".*.partial/ranks/rank0.steps.jsonl"), None)
+        if progress is not None and progress.read_text().count("\n") >= steps:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the run did not reach {steps} steps in {timeout_s} s")
+
+
+def rank_pid(launcher_pid: int, rank: int) -> int | None:
+    """PID of the worker process with RANK=rank started by the launcher."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            ppid = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid")))
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue
+        if ppid == launcher_pid and f"RANK={rank}".encode() in env:
+            return int(pid)
+    return None

@@ -61,7 +61,7 @@ def bundle_dir(path: str | Path) -> Path:
     if root.name.endswith(PARTIAL_SUFFIX):
         raise BundleError(
             f"{root} is an unfinished bundle (the staging directory of a run that never "
-            "finished writing it); rerun the workload or delete it"
+            f"finished writing it); publish it with `charllm-kit bundle recover {root}`"
         )
     if root.is_file():
         raise BundleError(f"{root} is a file, not a bundle directory; unpack it first")

@@ -170,8 +170,17 @@ class RankRecord(BaseModel):
     tp_rank: int = Field(ge=0, description="Tensor-parallel rank.")
     pp_rank: int = Field(ge=0, description="Pipeline-parallel rank.")
     dp_rank: int = Field(ge=0, description="Data-parallel rank.")
+    cp_rank: int = Field(0, ge=0, description="Context-parallel rank.")
+    ep_rank: int = Field(0, ge=0, description="Expert-parallel rank.")
     status: Status = Field(description="How this rank ended.")
     error: str | None = Field(description="This rank's error; null when ok.")
+    exit_code: int | None = Field(
+        None, description="Its process's exit code; null when a signal ended it or its end "
+        "was not seen (a launcher that died).")
+    signal: str | None = Field(
+        None, description="Name of the signal that ended its process (e.g. SIGKILL), or null.")
+    log_tail: list[str] = Field(
+        default_factory=list, description="Last lines of its log when it did not end ok.")
 
 
 class Redaction(BaseModel):

@@ -13,12 +13,14 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from kit.atomic_write import write_atomic
 from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA, Manifest, MetricsFile
 from kit.errors import BundleError
 
@@ -53,8 +55,12 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def bundle_files(root: Path) -> list[str]:
+def bundle_files(root: Path, skip: Sequence[str] = ()) -> list[str]:
     """List every file under ``root`` but ``SHA256SUMS``, as sorted POSIX relative paths.
+
+    Args:
+        root: The bundle directory.
+        skip: Top-level names (files or directories) left out.
 
     Raises:
         BundleError: A symlink: bundles hold plain files only, so nothing points outside.
@@ -62,6 +68,9 @@ def bundle_files(root: Path) -> list[str]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         base = Path(dirpath)
+        if base == root:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+            filenames = [f for f in filenames if f not in skip]
         for name in dirnames + filenames:
             if (base / name).is_symlink():
                 rel = (base / name).relative_to(root).as_posix()
@@ -91,22 +100,13 @@ def concat_chunks(chunks_dir: Path) -> pa.Table:
     return pa.concat_tables(tables) if tables else TELEMETRY_SCHEMA.empty_table()
 
 
-def _replace(tmp: Path, dest: Path) -> None:
-    """Flush ``tmp`` to disk and move it over ``dest`` in one step."""
-    with tmp.open("rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dest)
-
-
 def write_json(dest: Path, model: BaseModel) -> None:
     """Write ``model`` as the bundle's JSON files are written: indented, strict, atomic."""
-    tmp = dest.with_name(f".{dest.name}.tmp")
     try:
         text = json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False)
     except ValueError as e:  # NaN or infinity in a free-form detail dict
         raise ValueError(f"{dest.name}: {e}") from e
-    tmp.write_text(text + "\n", encoding="utf-8")
-    _replace(tmp, dest)
+    write_atomic(dest, lambda tmp: tmp.write_text(text + "\n", encoding="utf-8"), fsync=True)
 
 
 def _write_parquet(dest: Path, table: pa.Table, schema: pa.Schema) -> None:
@@ -115,17 +115,17 @@ def _write_parquet(dest: Path, table: pa.Table, schema: pa.Schema) -> None:
     for field in schema:
         if not field.nullable and table.column(field.name).null_count:
             raise ValueError(f"{dest.name}: column {field.name} holds nulls")
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    pq.write_table(table, tmp)
-    _replace(tmp, dest)
+    write_atomic(dest, lambda tmp: pq.write_table(table, tmp), fsync=True)
 
 
-def write_sums(root: Path) -> None:
-    """(Re)write ``root/SHA256SUMS`` over every other file in the bundle directory."""
-    lines = [f"{file_sha256(root / f)}  {f}\n" for f in bundle_files(root)]
-    tmp = root / f".{SUMS_NAME}.tmp"
-    tmp.write_text("".join(lines), encoding="utf-8")
-    _replace(tmp, root / SUMS_NAME)
+def write_sums(root: Path, skip: Sequence[str] = ()) -> None:
+    """(Re)write ``root/SHA256SUMS`` over every other file in the bundle directory.
+
+    ``skip``: top-level names left out (a staging folder's scratch, deleted before publishing).
+    """
+    lines = [f"{file_sha256(root / f)}  {f}\n" for f in bundle_files(root, skip)]
+    text = "".join(lines)
+    write_atomic(root / SUMS_NAME, lambda tmp: tmp.write_text(text, encoding="utf-8"), fsync=True)
 
 
 class BundleStaging:
@@ -169,10 +169,43 @@ class BundleStaging:
         """
         return self._path / "telemetry-chunks"
 
+    @classmethod
+    def reopen(cls, path: Path) -> "BundleStaging":
+        """The staging folder at ``path`` (``OUT/.<bundle_id>.partial``), as a dead run left it.
+
+        Raises:
+            BundleError: ``path`` is not named like a staging folder, or its bundle exists.
+        """
+        path = Path(path)
+        name = path.name
+        if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX) and path.is_dir()):
+            raise BundleError(f"{path} is not a staging folder (.<bundle id>{PARTIAL_SUFFIX})")
+        staging = cls.__new__(cls)
+        staging._path = path
+        staging._final = path.parent / name[1 : -len(PARTIAL_SUFFIX)]
+        if staging._final.exists():
+            raise BundleError(f"{path}: its bundle {staging._final} already exists")
+        staging.chunks_dir.mkdir(exist_ok=True)
+        return staging
+
+    @property
+    def final_path(self) -> Path:
+        """Where :meth:`finalize` publishes the bundle."""
+        return self._final
+
     def finalize(
-        self, manifest: Manifest, metrics: MetricsFile, steps: pa.Table, telemetry: pa.Table
+        self,
+        manifest: Manifest,
+        metrics: MetricsFile,
+        steps: pa.Table,
+        telemetry: pa.Table,
+        scratch: Sequence[str] = (),
     ) -> Path:
         """Write the data files and ``SHA256SUMS``, then publish the bundle.
+
+        Nothing the bundle is made from is deleted until every file and ``SHA256SUMS`` is
+        written: a failure on the way (a full disk) leaves a staging folder that can be
+        assembled again.
 
         Args:
             manifest: The run's manifest.
@@ -180,6 +213,8 @@ class BundleStaging:
             steps: Step rows with :data:`STEPS_SCHEMA`.
             telemetry: Telemetry rows with :data:`TELEMETRY_SCHEMA`, usually
                 ``concat_chunks(self.chunks_dir)``; the chunks are deleted.
+            scratch: Other top-level names in the staging folder that are not part of the
+                bundle (the launcher's and ranks' exchange files); deleted.
 
         Returns:
             The published bundle directory ``OUT/<bundle_id>/``.
@@ -187,13 +222,28 @@ class BundleStaging:
         Raises:
             ValueError: A table with the wrong schema or nulls in a required column.
             FileExistsError: The final directory appeared meanwhile.
+            OSError: A file could not be written (the staging folder keeps its inputs).
         """
         write_json(self._path / "manifest.json", manifest)
         write_json(self._path / "metrics.json", metrics)
         _write_parquet(self._path / "steps.parquet", steps, STEPS_SCHEMA)
         _write_parquet(self._path / "telemetry.parquet", telemetry, TELEMETRY_SCHEMA)
-        shutil.rmtree(self.chunks_dir, ignore_errors=True)
-        write_sums(self._path)
+        skip = (self.chunks_dir.name, *scratch)
+        write_sums(self._path, skip)
+        return self.publish(skip)
+
+    def publish(self, scratch: Sequence[str]) -> Path:
+        """Delete ``scratch`` (top-level names) and rename the folder to its bundle name.
+
+        Used by :meth:`finalize`, and to finish a publication that stopped after
+        ``SHA256SUMS`` was written.
+        """
+        for name in scratch:
+            target = self._path / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
         if self._final.exists():  # os.rename would silently replace an empty directory
             raise FileExistsError(f"bundle {self._final} already exists")
         os.rename(self._path, self._final)

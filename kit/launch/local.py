@@ -1,10 +1,12 @@
 """Start every rank of a one-node run as a local process, torchrun-style, and watch them.
 
 Each rank is ``python -m kit.launch.worker STAGING`` with the usual torch.distributed
-environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Ranks run in their own
-process session, so a Ctrl-C reaches only the launcher, which forwards it as SIGTERM: ranks then
-stop together at the next step boundary. When one rank fails, its peers (likely blocked in a
-collective) get a grace period and are then killed.
+environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the launcher's pid, so
+it stops when the launcher dies (see kit.launch.worker). Ranks run in their own process
+session, so a Ctrl-C reaches only the launcher, which forwards it as SIGTERM: ranks then stop
+together at the next step boundary. When one rank fails, its peers (likely blocked in a
+collective) get a grace period and are then killed. Each rank has a thread that reaps it and
+notes when it ended, so the first rank to end is known to the millisecond.
 """
 
 import os
@@ -12,15 +14,26 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.launch.signals import SignalCounter
 from kit.spec.run import RunConfig
 
 FAILURE_GRACE_S = 10.0
-INTERRUPT_GRACE_S = 120.0
+"""After a rank fails: how long its peers get to end before they are killed."""
+INTERRUPT_GRACE_S = 20.0
+"""After SIGINT/SIGTERM: how long ranks get to reach a step boundary before they are killed
+(a second signal kills them at once). With the sampler's and the assembly's few seconds this
+publishes the bundle well within Slurm's default 30 s between SIGTERM and SIGKILL."""
+REAP_TIMEOUT_S = 10.0
+"""How long a SIGKILLed rank may take to be reaped (a process in uninterruptible sleep in a
+device driver can take a while) before the launcher stops waiting for it."""
+LAUNCHER_PID_ENV = "CHARLLM_LAUNCHER_PID"
+"""Environment variable that tells a rank which process must outlive it."""
 
 
 def free_port() -> int:
@@ -44,92 +57,145 @@ def rank_env(rank: int, world: int, port: int, threads: int) -> dict[str, str]:
         OMP_NUM_THREADS=str(threads),
         PYTHONUNBUFFERED="1",
     )
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
     return env
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """How and when one rank's process ended.
+
+    Attributes:
+        code: Exit code, or None when a signal ended it.
+        signal: Name of the signal that ended it (e.g. ``"SIGKILL"``), or None.
+        t: Unix seconds when the launcher reaped it.
+    """
+
+    code: int | None
+    signal: str | None
+    t: float
+
+    @classmethod
+    def from_returncode(cls, returncode: int, t: float) -> "RankExit":
+        """From ``Popen.returncode`` (negative: the number of the signal that ended it)."""
+        if returncode < 0:
+            return cls(None, signal.Signals(-returncode).name, t)
+        return cls(returncode, None, t)
+
+    @property
+    def failed(self) -> bool:
+        """Ended by a signal or with a non-zero code."""
+        return self.code != 0
+
+    def describe(self) -> str:
+        """E.g. ``killed by SIGKILL`` or ``exit code 1``."""
+        return f"killed by {self.signal}" if self.signal else f"exit code {self.code}"
 
 
 @dataclass
 class LaunchOutcome:
-    """How the ranks ended."""
+    """How the ranks ended.
 
-    exit_codes: dict[int, int | None] = field(default_factory=dict)
+    Attributes:
+        exits: Per rank that was started and reaped, how and when it ended.
+        started: Whether ranks were started at all (not when a signal came first).
+        interrupted: SIGINT/SIGTERM reached the launcher while ranks ran (or before).
+        killed: Ranks the launcher killed after their grace period.
+    """
+
+    exits: dict[int, RankExit] = field(default_factory=dict)
+    started: bool = False
     interrupted: bool = False
     killed: list[int] = field(default_factory=list)
 
 
-class _Interrupts:
-    """Turn SIGINT/SIGTERM to the launcher into a flag while ranks run."""
+class _Reapers:
+    """One thread per rank waiting for its process, recording how and when it ended."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    def __init__(self, procs: dict[int, subprocess.Popen]) -> None:
+        self.exits: dict[int, RankExit] = {}
+        self.changed = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._reap, args=(r, p), daemon=True, name=f"reap-rank{r}")
+            for r, p in procs.items()
+        ]
+        for t in self._threads:
+            t.start()
 
-    def __enter__(self) -> "_Interrupts":
-        for s in self._old:
-            signal.signal(s, self._handle)
-        return self
+    def _reap(self, rank: int, proc: subprocess.Popen) -> None:
+        returncode = proc.wait()
+        self.exits[rank] = RankExit.from_returncode(returncode, time.time())
+        self.changed.set()
 
-    def __exit__(self, *exc: object) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
+    def join(self, timeout_s: float) -> None:
+        """Wait (bounded) for every reaper."""
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
-    def _handle(self, signum: int, frame: object) -> None:
-        self.count += 1
+
+def _start_rank(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    with log_path.open("w") as log:
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
 def launch_local(
     cfg: RunConfig,
     staging: Path,
     logs_dir: Path,
+    interrupts: SignalCounter,
+    on_started: Callable[[list[int]], None] | None = None,
     on_poll: Callable[[], None] | None = None,
     poll_s: float = 0.2,
 ) -> LaunchOutcome:
-    """Run all ranks of ``cfg`` on this host and wait for them; never raises on rank failure."""
+    """Run all ranks of ``cfg`` on this host and wait for them; never raises on rank failure.
+
+    ``interrupts`` must be active (``with``) around the call: a signal already counted means
+    no rank is started. ``on_started`` gets the ranks' pids once they are started.
+    """
     world = cfg.world_size
     threads = max(1, (os.cpu_count() or 1) // world) if cfg.platform.is_cpu else 4
     port = free_port()
     logs_dir.mkdir(parents=True, exist_ok=True)
-    procs: dict[int, subprocess.Popen] = {}
     outcome = LaunchOutcome()
-    with _Interrupts() as interrupts:
-        for r in range(world):
-            log = (logs_dir / f"rank{r}.log").open("w")
-            procs[r] = subprocess.Popen(
-                [sys.executable, "-m", "kit.launch.worker", str(staging)],
-                env=rank_env(r, world, port, threads),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            log.close()
-        deadline: float | None = None
-        forwarded = False
-        while True:
-            codes = {r: p.poll() for r, p in procs.items()}
-            if all(c is not None for c in codes.values()):
-                break
-            if interrupts.count and not forwarded:
+    if interrupts.count:
+        outcome.interrupted = True
+        return outcome
+    cmd = [sys.executable, "-m", "kit.launch.worker", str(staging)]
+    procs = {r: _start_rank(cmd, rank_env(r, world, port, threads), logs_dir / f"rank{r}.log")
+             for r in range(world)}
+    outcome.started = True
+    if on_started is not None:
+        on_started([p.pid for p in procs.values()])
+    reapers = _Reapers(procs)
+    deadline: float | None = None
+    seen = 0  # signals already acted on
+    while len(reapers.exits) < world:
+        if interrupts.count > seen:
+            if seen == 0:
                 outcome.interrupted = True
-                forwarded = True
-                for p in procs.values():
-                    if p.poll() is None:
+                for r, p in procs.items():
+                    if r not in reapers.exits:
                         p.send_signal(signal.SIGTERM)
                 deadline = time.monotonic() + INTERRUPT_GRACE_S
-            if interrupts.count > 1 and deadline is not None:
-                deadline = time.monotonic()  # a second Ctrl-C: stop waiting
-            if deadline is None and any(c not in (None, 0) for c in codes.values()):
-                deadline = time.monotonic() + FAILURE_GRACE_S
-            if deadline is not None and time.monotonic() > deadline:
-                for r, p in procs.items():
-                    if p.poll() is None:
-                        p.kill()
-                        outcome.killed.append(r)
-                for p in procs.values():
-                    p.wait()
-                break
-            if on_poll is not None:
-                on_poll()
-            time.sleep(poll_s)
-        outcome.exit_codes = {r: p.poll() for r, p in procs.items()}
+            else:
+                deadline = time.monotonic()  # a second signal: stop waiting
+            seen = interrupts.count
+        if deadline is None and any(e.failed for e in list(reapers.exits.values())):
+            deadline = time.monotonic() + FAILURE_GRACE_S
+        if deadline is not None and time.monotonic() > deadline:
+            for r, p in procs.items():
+                if r not in reapers.exits:
+                    p.kill()
+                    outcome.killed.append(r)
+            reapers.join(REAP_TIMEOUT_S)
+            break
         if on_poll is not None:
             on_poll()
+        reapers.changed.wait(poll_s)
+        reapers.changed.clear()
+    outcome.exits = dict(reapers.exits)
+    if on_poll is not None:
+        on_poll()
     return outcome

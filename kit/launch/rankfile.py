@@ -1,5 +1,6 @@
 """The files a rank and its launcher exchange inside the bundle's staging directory.
 
+``launcher.json`` (who launched the run: pid, host, command; ``bundle recover`` reads it),
 ``run-config.json`` (the resolved RunConfig, written by the launcher), ``ranks/rank<N>.json``
 (each rank's result, written atomically at exit) and ``ranks/rank<N>.steps.jsonl`` (each rank's
 steps as they end: a rank killed before its exit leaves the steps it ran, and the launcher
@@ -8,14 +9,22 @@ shows progress from rank 0's).
 
 import json
 import os
+import socket
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
+from kit.atomic_write import write_atomic
 from kit.spec.run import RunConfig
 
 CONFIG_FILE = "run-config.json"
 RANKS_DIR = "ranks"
+LAUNCHER_FILE = "launcher.json"
+SCRATCH = (CONFIG_FILE, RANKS_DIR, LAUNCHER_FILE)
+"""What the launcher and ranks exchange in a staging folder; not part of the bundle."""
 
 
 @dataclass
@@ -54,14 +63,73 @@ class RankResult:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=2)
+    write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 def write_config(staging: Path, cfg: RunConfig) -> None:
     """Store the resolved config for the ranks to read."""
     write_json_atomic(staging / CONFIG_FILE, cfg.model_dump(mode="json"))
+
+
+@dataclass(frozen=True)
+class LauncherRecord:
+    """Who launched a run, so a staging folder it left can be recovered once it is dead.
+
+    Attributes:
+        pid: The launcher's process id.
+        host: Host name it ran on.
+        create_time: Its process start time (psutil, unix seconds): with ``pid`` it tells the
+            launcher from a later process that got the same pid.
+        command: The argv that started the run.
+        rank_pids: Process ids of the ranks it started, once started.
+    """
+
+    pid: int
+    host: str
+    create_time: float
+    command: list[str]
+    rank_pids: list[int] = field(default_factory=list)
+
+    def alive(self) -> list[int]:
+        """Pids of the launcher and its ranks that still run (empty on another host)."""
+        if self.host != socket.gethostname():
+            return []
+        out = []
+        for pid in (self.pid, *self.rank_pids):
+            try:
+                # A pid reused by a later process started after the launcher (ranks did too).
+                proc = psutil.Process(pid)
+                same = (abs(proc.create_time() - self.create_time) < 1.0 if pid == self.pid
+                        else "kit.launch.worker" in proc.cmdline())
+            except psutil.Error:
+                continue
+            if same:
+                out.append(pid)
+        return out
+
+
+def write_launcher_record(staging: Path, command: list[str], rank_pids: list[int]) -> None:
+    """Store this process as the run's launcher, with the pids of the ranks it started."""
+    record = LauncherRecord(os.getpid(), socket.gethostname(),
+                            psutil.Process().create_time(), list(command), rank_pids)
+    write_json_atomic(staging / LAUNCHER_FILE, {**asdict(record), "written": time.time()})
+
+
+def read_launcher_record(staging: Path) -> LauncherRecord:
+    """Load the launcher record of a staging folder.
+
+    Raises:
+        OSError: It is missing or unreadable.
+        ValueError: It is not a launcher record.
+    """
+    data = json.loads((staging / LAUNCHER_FILE).read_text())
+    try:
+        return LauncherRecord(int(data["pid"]), str(data["host"]), float(data["create_time"]),
+                              [str(a) for a in data["command"]],
+                              [int(p) for p in data["rank_pids"]])
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{staging / LAUNCHER_FILE} is not a launcher record: {e}") from e
 
 
 def read_config(staging: Path) -> RunConfig:
@@ -97,9 +165,16 @@ def open_steps_log(staging: Path, rank: int) -> IO[str]:
 
 
 def append_step(log: IO[str], record: StepRecord, stage: int) -> None:
-    """Append ``record`` (and the rank's pipeline stage) and flush it to the OS."""
-    log.write(json.dumps({**asdict(record), "stage": stage}) + "\n")
-    log.flush()
+    """Append ``record`` (and the rank's pipeline stage) and flush it to the OS.
+
+    Raises:
+        OSError: The write failed; it names the log's path (a flush's own error does not).
+    """
+    try:
+        log.write(json.dumps({**asdict(record), "stage": stage}) + "\n")
+        log.flush()
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, log.name) from e
 
 
 def recover_rank_result(staging: Path, rank: int) -> RankResult | None:

@@ -4,11 +4,17 @@ Reads the resolved config, runs warmup and measured steps through the engine and
 :class:`~kit.launch.rankfile.RankResult`. SIGTERM/SIGINT set a flag; at the next step boundary
 all ranks agree (an all-reduce of the flag) and stop together with status ``interrupted``, so a
 stopped run still yields complete step records.
+
+A rank never outlives its launcher (an OOM kill of the launcher must not leave ranks holding
+GPUs): a thread watches the parent, and when it is gone raises the same flag, then kills the
+rank outright if it has not ended within :data:`ORPHAN_GRACE_S` (a peer may be stuck in a
+collective).
 """
 
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from contextlib import nullcontext
@@ -18,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from kit.engines import build_engine
+from kit.launch.local import LAUNCHER_PID_ENV
 from kit.launch.profiling import profiled_step, step_trace
 from kit.launch.rankfile import (
     RankResult,
@@ -31,15 +38,42 @@ from kit.spec.run import RunConfig
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.zeus import ZeusStepEnergy
 
+ORPHAN_GRACE_S = 10.0
+"""Seconds a rank whose launcher died may take to stop at a step boundary before it kills
+itself."""
+PARENT_POLL_S = 0.5
+
 
 class _StopFlag:
-    def __init__(self) -> None:
+    """Set by SIGTERM/SIGINT, or when the launcher is gone (``orphaned`` says which)."""
+
+    def __init__(self, launcher_pid: int) -> None:
         self.set = False
+        self.orphaned = False
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
+        threading.Thread(target=self._watch_parent, args=(launcher_pid,), daemon=True,
+                         name="watch-launcher").start()
 
     def _handle(self, signum: int, frame: object) -> None:
         self.set = True
+
+    def _watch_parent(self, launcher_pid: int) -> None:
+        """Poll the parent pid (re-parenting to init or a subreaper means it died)."""
+        while os.getppid() == launcher_pid:
+            time.sleep(PARENT_POLL_S)
+        print(f"launcher (pid {launcher_pid}) is gone: stopping", file=sys.stderr, flush=True)
+        self.orphaned = self.set = True
+        time.sleep(ORPHAN_GRACE_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _print_traceback() -> None:
+    """Print the current exception to the rank's log, unless the log cannot take it."""
+    try:
+        traceback.print_exc()
+    except OSError:  # e.g. no space left for the log itself
+        pass
 
 
 def _any_rank_stopping(flag: _StopFlag, device: torch.device) -> bool:
@@ -110,7 +144,7 @@ def run_rank(staging: Path) -> int:
     world = int(os.environ["WORLD_SIZE"])
     node = int(os.environ.get("GROUP_RANK", "0"))
     result = RankResult(rank=rank, local_rank=local_rank, node=node)
-    flag = _StopFlag()
+    flag = _StopFlag(int(os.environ.get(LAUNCHER_PID_ENV, os.getppid())))
     engine = None
     steps_log = open_steps_log(staging, rank)
     try:
@@ -149,16 +183,18 @@ def run_rank(staging: Path) -> int:
         if zeus is not None:
             result.measured_energy_j = zeus.end_phase()
         result.status = status
+        if flag.orphaned:
+            result.error = f"rank {rank}: stopped because its launcher died"
         result.mem_peak_bytes = engine.peak_memory_bytes()
         return 0
     except torch.OutOfMemoryError as e:
         result.status, result.error = "oom", f"rank {rank}: out of memory: {e}".splitlines()[0]
-        traceback.print_exc()
+        _print_traceback()
         return 1
     except Exception as e:  # any failure ends up in the bundle, not only in a log
         result.status = "failed"
         result.error = f"rank {rank}: {type(e).__name__}: {e}".splitlines()[0]
-        traceback.print_exc()
+        _print_traceback()
         return 1
     finally:
         if engine is not None and result.mem_peak_bytes is None:
@@ -166,8 +202,11 @@ def run_rank(staging: Path) -> int:
                 result.mem_peak_bytes = engine.peak_memory_bytes()
             except Exception:  # the device may be unusable after a failure
                 pass
-        write_rank_result(staging, result)
-        steps_log.close()
+        try:
+            write_rank_result(staging, result)
+            steps_log.close()
+        except OSError as e:  # a full disk: the launcher still sees how the process ended
+            print(f"rank {rank}: cannot write its result: {e}", file=sys.stderr, flush=True)
         if engine is not None and result.status in ("ok", "interrupted"):
             engine.teardown()
 

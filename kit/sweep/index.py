@@ -5,12 +5,13 @@ says how far it got.
 """
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kit.atomic_write import write_atomic
 
 INDEX_FILE = "sweep.json"
 SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "mfu", "energy_j_per_token")
@@ -53,9 +54,8 @@ def write_index(folder: Path, index: SweepIndex) -> Path:
     """Write ``index`` to ``folder/sweep.json`` atomically (temporary file, then rename)."""
     index.updated_utc = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     path = folder / INDEX_FILE
-    tmp = folder / f".{INDEX_FILE}.tmp"
-    tmp.write_text(json.dumps(index.model_dump(mode="json"), indent=2) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(index.model_dump(mode="json"), indent=2) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text))
     return path
 
 

@@ -6,6 +6,13 @@ stalls a step. The child writes rows to Parquet chunk files as it goes, so its m
 flat over long runs and a crash loses at most one chunk, and it ends by writing
 ``sampler-report.json`` beside them.
 
+No death can block its parent: the two talk over one pipe (never a shared lock or
+``multiprocessing.Event``, whose ``set()`` waits for a sleeper that may be dead). The parent
+writes "stop" to it; the child sees the parent die as end-of-file on it; the parent sees the
+child die as end-of-file too, and every wait is bounded. On SIGTERM the child writes its last
+chunk and its report, then exits. A child that vanished leaves its chunks and the report it
+wrote at its first tick, marked incomplete: a lost telemetry source, never a lost run.
+
 Typical use::
 
     sampler = TelemetrySampler([("host", {"node": 0})], interval_ms=100, chunks_dir=d)
@@ -24,6 +31,7 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +39,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.atomic_write import write_atomic
 from kit.errors import KitInputError
 from kit.telemetry import load_source_class, source_target
 from kit.telemetry.base import FieldInfo, TelemetryError, TelemetrySource
@@ -81,6 +90,10 @@ class SamplerReport:
             Parquet writer's one-off allocations are done by then); 0 if none was.
         rss_peak_bytes: Largest resident memory seen: after the first tick, at every chunk
             write (where memory peaks: a full buffer and its Arrow table) and at the end.
+        complete: True once the process finished normally; a report left by a process that
+            was killed is the one it wrote after its first tick (sources and devices only).
+        ended_by: What ended the sampling: "stop" (the parent asked), "parent gone",
+            "SIGTERM", or null while it runs or when it was killed.
     """
 
     interval_ms: float
@@ -95,12 +108,13 @@ class SamplerReport:
     rss_start_bytes: int = 0
     rss_peak_bytes: int = 0
     rss_first_chunk_bytes: int = 0
+    complete: bool = False
+    ended_by: str | None = None
 
     def write(self, path: Path) -> None:
         """Write the report as JSON, atomically."""
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, path)
+        text = json.dumps(asdict(self), indent=1)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
 
     @classmethod
     def read(cls, path: Path) -> "SamplerReport":
@@ -169,12 +183,11 @@ class _ChunkWriter:
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
         path = self._dir / f"chunk-{self.chunks:06d}.parquet"
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA), tmp)
+        table = pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA)
+        write_atomic(path, lambda tmp: pq.write_table(table, tmp))  # never seen half-written
         rss = _rss_bytes()
         self.rss_peak_bytes = max(self.rss_peak_bytes, rss)
         self.rss_first_chunk_bytes = self.rss_first_chunk_bytes or rss
-        os.replace(tmp, path)  # A reader never sees a half-written chunk.
         self.chunks += 1
         self.rows_written += len(rows)
         self._last_write = time.monotonic()
@@ -214,44 +227,55 @@ class _SamplerLoop:
                 source.close()
         self._writer.add(rows)
 
-    def run(self, started: Any, stop: Any) -> None:
-        """Sample on a fixed schedule until ``stop`` is set or the parent dies.
+    def run(self, conn: Connection, wake_fd: int) -> None:
+        """Sample on a fixed schedule until the parent says stop, goes away, or SIGTERM comes.
 
         Ticks are scheduled at ``start + k * interval`` on the monotonic clock, so the period
         does not drift with the time each tick takes; a tick that overruns skips the ticks it
         missed instead of bursting to catch up. Row times are unix seconds derived from the
-        monotonic clock, so a wall-clock step (NTP) cannot reorder them.
+        monotonic clock, so a wall-clock step (NTP) cannot reorder them. Between ticks the loop
+        sleeps in ``wait`` on the parent's pipe and on ``wake_fd`` (written by the SIGTERM
+        handler), so any of the three ends the sleep at once.
         """
         interval_s = self._cfg.interval_ms / 1000.0
-        parent = mp.parent_process()
         wall0, mono0 = time.time(), time.monotonic()
         next_tick = first_tick = last_tick = mono0
-        while True:
+        while self.report.ended_by is None:
             last_tick = time.monotonic()
             self._tick(wall0 + (last_tick - mono0))
             self.report.ticks += 1
             if self.report.ticks == 1:
                 first_tick = last_tick
                 self.report.rss_start_bytes = _rss_bytes()
-                started.set()
+                self.report.write(self._cfg.chunks_dir / REPORT_NAME)  # what a kill leaves
+                conn.send("started")
             next_tick += interval_s
             behind_s = time.monotonic() - next_tick
             if behind_s > 0:
                 missed = int(behind_s / interval_s) + 1
                 self.report.missed_ticks += missed
                 next_tick += missed * interval_s
-            if stop.wait(next_tick - time.monotonic()) or (parent and not parent.is_alive()):
-                break
+            self.report.ended_by = _wait_for_end(conn, wake_fd, next_tick - time.monotonic())
         if self.report.ticks > 1:
             self.report.mean_period_ms = 1000.0 * (last_tick - first_tick) / (self.report.ticks - 1)
 
     def finish(self) -> None:
-        """Flush the last chunk, close the sources and write the report."""
+        """Flush the last chunk, close the sources and write the complete report.
+
+        Each live source's ``fields()`` is read again first: a backend may learn mid-run that
+        a field cannot be trusted (an energy counter that never moved), and its final word is
+        what the bundle records.
+        """
         try:
             self._writer.flush()
         finally:
-            for source in self._sources.values():
+            for name, source in self._sources.items():
+                try:
+                    self.report.sources[name] = source.fields()
+                except Exception as e:  # noqa: BLE001 - keep the verdicts read at start.
+                    self.record(time.time(), name, e)
                 source.close()
+            self.report.complete = True
             self.report.rows_written = self._writer.rows_written
             self.report.chunks = self._writer.chunks
             self.report.rss_first_chunk_bytes = self._writer.rss_first_chunk_bytes
@@ -261,14 +285,35 @@ class _SamplerLoop:
             self.report.write(self._cfg.chunks_dir / REPORT_NAME)
 
 
-def _sampler_main(cfg: _ChildConfig, started: Any, stop: Any) -> None:
+def _wait_for_end(conn: Connection, wake_fd: int, timeout_s: float) -> str | None:
+    """Sleep up to ``timeout_s``; return why sampling must end, or None to sample again."""
+    ready = wait([conn, wake_fd], max(0.0, timeout_s))
+    if wake_fd in ready:
+        os.read(wake_fd, 512)
+        return "SIGTERM"
+    if conn in ready:
+        try:
+            conn.recv()
+        except (EOFError, OSError):
+            return "parent gone"
+        return "stop"
+    return None
+
+
+def _sampler_main(cfg: _ChildConfig, conn: Connection) -> None:
     """Entry point of the sampler process."""
-    # Ctrl-C reaches the whole foreground process group; the parent handles it and calls stop().
+    # Ctrl-C reaches the whole foreground process group; the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM (a job's end, sent to every process) only wakes the loop: the last chunk and
+    # the report still get written.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     loop = _SamplerLoop(cfg)
     try:
         if loop.report.sources:
-            loop.run(started, stop)
+            loop.run(conn, wake_r)
     except Exception as e:
         loop.record(time.time(), "sampler", e)
         raise
@@ -317,14 +362,14 @@ class TelemetrySampler:
             flush_s=flush_s,
         )
         ctx = mp.get_context("spawn")
-        self._started = ctx.Event()
-        self._stop = ctx.Event()
+        self._conn, child_conn = ctx.Pipe()
         self._proc = ctx.Process(
             target=_sampler_main,
-            args=(self._cfg, self._started, self._stop),
+            args=(self._cfg, child_conn),
             name="telemetry-sampler",
             daemon=True,
         )
+        self._child_conn: Connection | None = child_conn
 
     @property
     def pid(self) -> int | None:
@@ -348,38 +393,66 @@ class TelemetrySampler:
         if self.report_path.exists() or any(chunks_dir.glob(CHUNK_GLOB)):
             raise TelemetryError(f"{chunks_dir} already holds telemetry; use an empty directory")
         self._proc.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._started.wait(0.05):
-            if not self._proc.is_alive():
-                raise TelemetryError(f"telemetry sampler exited before sampling: {self._why()}")
-            if time.monotonic() > deadline:
-                self._proc.terminate()
-                self._proc.join()
+        assert self._child_conn is not None
+        self._child_conn.close()  # the child's end lives in the child only: its death is EOF
+        self._child_conn = None
+        try:
+            if not self._conn.poll(timeout_s):
+                self._proc.kill()
+                self._proc.join(5)
                 raise TelemetryError(f"telemetry sampler took no sample within {timeout_s} s")
+            self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(5)
+            raise TelemetryError(
+                f"telemetry sampler exited before sampling: {self._why()}"
+            ) from None
 
     def stop(self, timeout_s: float = 30.0) -> SamplerReport:
-        """Signal the sampler process to finish, wait for it and return its report.
+        """Ask the sampler process to finish, wait for it (bounded) and return its report.
+
+        A process that is gone (killed, crashed) or does not finish within ``timeout_s`` (it is
+        then killed) leaves the report it wrote after its first tick, returned with
+        ``complete`` False and an error saying how it ended; the chunks it wrote stay valid.
 
         Raises:
-            TelemetryError: The process did not finish within ``timeout_s`` (it is then
-                terminated) or exited without writing its report. Chunks already written
-                remain valid in either case.
+            TelemetryError: Never started, or it left no report at all.
         """
         if self._proc.pid is None:
             raise TelemetryError("telemetry sampler was never started")
-        self._stop.set()
+        try:
+            self._conn.send("stop")
+        except OSError:  # it is gone already: its end of the pipe is closed
+            pass
         self._proc.join(timeout_s)
         if self._proc.is_alive():
-            self._proc.terminate()
-            self._proc.join()
-            raise TelemetryError(f"telemetry sampler did not stop within {timeout_s} s")
+            self._proc.kill()
+            self._proc.join(5)
+            ending = f"did not stop within {timeout_s:g} s and was killed"
+        else:
+            ending = _exit_text(self._proc.exitcode)
+        self._conn.close()
         if not self.report_path.exists():
             raise TelemetryError(f"telemetry sampler failed: {self._why()}")
-        return SamplerReport.read(self.report_path)
+        report = SamplerReport.read(self.report_path)
+        if not report.complete:
+            report.errors.append(SamplerErrorRecord(
+                time.time(), "sampler",
+                f"the sampler process {ending} before the run ended; samples after its last "
+                "chunk are lost, those before are kept",
+            ))
+        return report
 
     def _why(self) -> str:
         """Explain an exited sampler process: its report's errors, else its exit code."""
         if self.report_path.exists():
             errors = SamplerReport.read(self.report_path).errors
             return "; ".join(f"{e.source}: {e.message}" for e in errors) or "no error recorded"
-        return f"exit code {self._proc.exitcode}, no report written"
+        return f"{_exit_text(self._proc.exitcode)}, no report written"
+
+
+def _exit_text(exitcode: int | None) -> str:
+    """How a process ended, from ``Process.exitcode`` (negative: killed by that signal)."""
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"exited with code {exitcode}"

@@ -1,0 +1,287 @@
+"""Turn a staging folder into a published bundle: rank results, steps, telemetry, metrics.
+
+One path for every way a run ends: the launcher calls it when its ranks are done (however they
+ended), and ``bundle recover`` calls it on the staging folder a killed launcher left. It reads
+only what is on disk in the staging folder (``run-config.json``, ``ranks/``, telemetry chunks,
+the sampler's report, ``logs/``) plus how the launcher saw the ranks end, when it saw it.
+"""
+
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import kit
+from kit.analysis.metrics import summarize
+from kit.bundle.schema import (
+    STEPS_SCHEMA,
+    TELEMETRY_FIELDS,
+    FieldSource,
+    Manifest,
+    MetricsFile,
+    RankRecord,
+)
+from kit.bundle.writer import BundleStaging, concat_chunks
+from kit.launch.inventory import node_inventory
+from kit.launch.local import LaunchOutcome, RankExit
+from kit.launch.placement import rank_placement
+from kit.launch.rankfile import SCRATCH, RankResult, read_rank_result, recover_rank_result
+from kit.spec.run import RunConfig
+from kit.telemetry.sampler import REPORT_NAME, SamplerReport
+
+LOG_TAIL_LINES = 10
+"""Lines of a failed rank's log kept in its manifest record."""
+
+
+@dataclass
+class RunEnd:
+    """How the run ended, as its launcher (or ``bundle recover``) saw it.
+
+    Attributes:
+        status: The run's status.
+        error: The headline error; None when ok.
+        exits: Per rank, how and when its process ended, where the launcher saw it.
+        notes: Notes for ``metrics.json`` (telemetry problems, recovery).
+    """
+
+    status: str
+    error: str | None
+    exits: dict[int, RankExit] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(Path(kit.__file__).parent), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=True,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-empty lines of a log (empty when it is missing)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def _failed(res: RankResult | None, ex: RankExit | None) -> bool:
+    return res is None or res.status in ("failed", "oom") or (ex is not None and ex.failed)
+
+
+def run_end(
+    outcome: LaunchOutcome,
+    results: list[RankResult | None],
+    logs_dir: Path,
+    interrupted_by: str | None,
+) -> RunEnd:
+    """Fold how the ranks ended into the run's status and headline error.
+
+    A signal to the launcher makes the run ``interrupted`` whatever the ranks did (ranks it
+    killed after their grace are named). Otherwise the headline is the first rank to end
+    among those that failed, by the time the launcher reaped it, as torchrun reports it: a
+    rank killed by SIGKILL is blamed, not the peer whose collective then broke.
+    """
+    exits = outcome.exits
+    if outcome.interrupted:
+        error = interrupted_by or "stopped by a signal before all steps ran"
+        if outcome.killed:
+            error += (f"; ranks {', '.join(map(str, outcome.killed))} did not stop in time and "
+                      "were killed")
+        return RunEnd("interrupted", error, exits)
+    failed = [r for r, res in enumerate(results) if _failed(res, exits.get(r))]
+    if not failed:
+        return RunEnd("ok", None, exits)
+    first = min(failed, key=lambda r: (exits[r].t if r in exits else float("inf"), r))
+    res, ex = results[first], exits.get(first)
+    how = ex.describe() if ex else "end not seen"
+    if res is not None and res.status in ("failed", "oom") and res.error:
+        return RunEnd(res.status, f"{res.error} ({how}, the first rank to end)", exits)
+    tail = log_tail(logs_dir / f"rank{first}.log", 1)
+    last = f"; last log line: {tail[-1].strip()!r}" if tail else "; its log is empty"
+    return RunEnd("failed", f"rank {first}: {how}, the first rank to end{last}", exits)
+
+
+def steps_table(results: list[RankResult | None]) -> pa.Table:
+    """Rows of ``steps.parquet`` from every rank that reported."""
+    rows = []
+    for res in results:
+        if res is None:
+            continue
+        stage = res.placement.get("pp_rank", 0)
+        for s in res.steps:
+            rows.append({"step": s.step, "rank": res.rank, "phase": s.phase, "t_start": s.t_start,
+                         "t_end": s.t_end, "tokens": s.tokens, "loss": s.loss, "stage": stage,
+                         "gpu_energy_j": s.gpu_energy_j})
+    return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
+
+
+def phase_means(res: RankResult) -> dict[str, float] | None:
+    """Mean seconds per measured step by phase on one rank; null where none was timed."""
+    timed = [s.phases for s in res.steps if s.phase == "measured" and s.phases]
+    if not timed:
+        return None
+    return {k: sum(p[k] for p in timed) / len(timed) for k in timed[0]}
+
+
+def rank_records(
+    cfg: RunConfig, results: list[RankResult | None], end: RunEnd, logs_dir: Path
+) -> list[RankRecord]:
+    """Manifest entries for every rank: placement from the layout, how its process ended."""
+    out = []
+    for r, res in enumerate(results):
+        pl = rank_placement(cfg, r)
+        ex = end.exits.get(r)
+        if res is not None:
+            status = res.status
+            error = res.error
+        else:
+            status = "interrupted" if end.status == "interrupted" else "failed"
+            error = f"rank {r}: {ex.describe() if ex else 'ended'} without writing its result"
+        if status == "ok" and end.status == "interrupted":
+            status = "interrupted"
+        ok = status == "ok" and (ex is None or not ex.failed)
+        out.append(RankRecord(
+            rank=r, node=res.node if res else 0, local_rank=res.local_rank if res else r,
+            stage=pl["pp_rank"], **pl, status=status,
+            error=None if status == "ok" else error,
+            exit_code=ex.code if ex else None, signal=ex.signal if ex else None,
+            log_tail=[] if ok else log_tail(logs_dir / f"rank{r}.log"),
+        ))
+    return out
+
+
+def telemetry_sources(
+    report: SamplerReport | None, interval_ms: int, why: str
+) -> dict[str, FieldSource]:
+    """Which backend fed each canonical field at what period, or why none did."""
+    out: dict[str, FieldSource] = {}
+    for name in TELEMETRY_FIELDS:
+        reason = why
+        for src, fields in (report.sources if report else {}).items():
+            info = fields.get(name)
+            if info is None:
+                continue
+            if info.readable:
+                period = report.mean_period_ms if report and report.mean_period_ms else interval_ms
+                period = max(period, info.read_period_ms or 0.0)  # a slow field: its own rate
+                notes = [n for n in (
+                    info.reason,
+                    f"counter updates every {info.update_period_ms:g} ms"
+                    if info.update_period_ms else None,
+                    None if report is None or report.complete
+                    else "the sampler ended early: rows stop where it did",
+                ) if n]
+                out[name] = FieldSource(source=src, period_ms=float(period),
+                                        reason="; ".join(notes) or None)
+                break
+            reason = f"{src}: {info.reason}"
+        else:
+            out[name] = FieldSource(source=None, period_ms=None, reason=reason)
+    return out
+
+
+def device_facts(report: SamplerReport | None, replay: bool) -> list[dict[str, Any]]:
+    """Static facts of node 0's devices from the first device backend that reported them.
+
+    With ``replay`` False a replayed trace's devices are skipped: they describe the machine the
+    trace was recorded on, not this node.
+    """
+    for name, devices in (report.devices if report else {}).items():
+        if devices and (replay or name != "replay"):
+            return devices
+    return []
+
+
+def read_sampler_report(chunks_dir: Path) -> SamplerReport | None:
+    """The sampler's report in a staging folder, complete or as a killed sampler left it."""
+    path = chunks_dir / REPORT_NAME
+    try:
+        return SamplerReport.read(path) if path.is_file() else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def telemetry_notes(report: SamplerReport | None) -> list[str]:
+    """The sampler's failures and how it ended, for ``metrics.json``."""
+    if report is None:
+        return []
+    notes = [f"telemetry: {e.source} failed at {e.t:.3f}: {e.message}" for e in report.errors]
+    if report.ended_by == "SIGTERM":
+        notes.append("telemetry: the sampler got SIGTERM and stopped there; the run's last "
+                     "moments may have no samples")
+    return notes
+
+
+def assemble_bundle(
+    staging: BundleStaging,
+    cfg: RunConfig,
+    command: list[str],
+    end: RunEnd,
+    report: SamplerReport | None,
+    missing_why: str,
+) -> tuple[Path, dict[str, Any]]:
+    """Write the manifest, metrics, steps and telemetry of ``staging`` and publish it.
+
+    Args:
+        staging: The run's staging folder.
+        cfg: The run's resolved config.
+        command: The argv that started the run.
+        end: How the run ended (:func:`run_end`, or a recovery's verdict).
+        report: The sampler's report, or None when there was none.
+        missing_why: Why a telemetry field no source fed is empty.
+
+    Returns:
+        The published bundle directory and its summary metrics.
+
+    Raises:
+        OSError: A file could not be written; the staging folder keeps its inputs.
+    """
+    results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
+    steps = steps_table([r or recover_rank_result(staging.path, i) for i, r in enumerate(results)])
+    telemetry = concat_chunks(staging.chunks_dir)
+    facts = [{"node": 0, **d} for d in device_facts(report, replay=True)]
+    summary, per_device, power, notes = summarize(
+        cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r], facts
+    )
+    notes += [n for r in results[:1] if r for n in r.notes]
+    notes += end.notes + telemetry_notes(report)
+    metrics = MetricsFile(
+        summary=summary,
+        per_rank=[{"rank": r.rank, "status": r.status, "mem_peak_bytes": r.mem_peak_bytes,
+                   "measured_steps": sum(s.phase == "measured" for s in r.steps),
+                   "zeus_measured_energy_j": r.measured_energy_j,
+                   "stage": r.placement.get("pp_rank", 0), "phase_time_s": phase_means(r),
+                   **r.placement}
+                  for r in results if r],
+        per_device=per_device,
+        power=power,
+        notes=notes,
+    )
+    manifest = Manifest(
+        kit_version=kit.__version__,
+        git_commit=_git_commit(),
+        created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        status=end.status,
+        error=end.error,
+        command=list(command),
+        config=cfg.model_dump(mode="json"),
+        workload={**cfg.workload.model_dump(mode="json"),
+                  "scaling": cfg.scaling.model_dump(mode="json") if cfg.scaling else None},
+        platform=cfg.platform.model_dump(mode="json"),
+        inventory=[node_inventory(device_facts(report, replay=False))],
+        telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
+        ranks=rank_records(cfg, results, end, staging.logs_dir),
+    )
+    return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH), summary

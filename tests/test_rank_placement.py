@@ -1,0 +1,65 @@
+"""Rank placement from the layout (kit.launch.placement) equals the engines' own rank orders.
+
+Checked against megatron-core's RankGenerator (what parallel_state builds its groups with) and
+DeepSpeed's PipeDataParallelTopology, over many layouts, without starting any process; the
+end-to-end check against what ranks report is in test_run_cpu.
+"""
+
+import itertools
+
+import pytest
+from megatron.core.parallel_state import RankGenerator
+
+from kit.launch.placement import rank_placement
+from kit.spec.resolve import RunRequest, resolve
+from kit.spec.run import ParallelConfig
+
+ORDER = "tp-cp-ep-dp-pp"  # megatron-core's default
+
+
+def _position(groups: list[list[int]], rank: int) -> int:
+    return next(g.index(rank) for g in groups if rank in g)
+
+
+LAYOUTS = [
+    (tp, cp, dp, pp, ep)
+    for tp, cp, dp, pp, ep in itertools.product((1, 2), (1, 2), (1, 2, 4), (1, 2), (1, 2, 4))
+    if (dp * cp) % ep == 0
+]
+
+
+@pytest.mark.parametrize(("tp", "cp", "dp", "pp", "ep"), LAYOUTS)
+def test_megatron_placement_matches_megatron_core(tp, cp, dp, pp, ep):
+    dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=ORDER)
+    world = tp * cp * dp * pp
+    expert = RankGenerator(tp=tp, ep=ep, dp=world // (tp * ep * pp), pp=pp, cp=1, order=ORDER)
+    groups = {k: dense.get_ranks(k) for k in ("tp", "cp", "dp", "pp")}
+    ep_groups = expert.get_ranks("ep")
+    parallel = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep)
+    for rank in range(world):
+        want = {f"{k}_rank": _position(g, rank) for k, g in groups.items()}
+        want["ep_rank"] = _position(ep_groups, rank)
+        assert rank_placement(_cfg(parallel), rank) == want
+
+
+@pytest.mark.parametrize(("dp", "pp"), [(1, 1), (4, 1), (2, 2), (3, 2), (1, 4)])
+def test_deepspeed_placement_matches_its_pipe_topology(dp, pp):
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+
+    topo = PipeDataParallelTopology(num_pp=pp, num_dp=dp)
+    parallel = ParallelConfig(dp=dp, pp=pp)
+    for rank in range(dp * pp):
+        coord = topo.get_coord(rank)
+        got = rank_placement(_cfg(parallel, "deepspeed"), rank)
+        assert (got["dp_rank"], got["pp_rank"]) == (coord.data, coord.pipe)
+
+
+def test_a_rank_outside_the_world_is_refused():
+    with pytest.raises(ValueError, match="outside a world of 2"):
+        rank_placement(_cfg(ParallelConfig(tp=2)), 2)
+
+
+def _cfg(parallel: ParallelConfig, engine: str = "megatron"):
+    """A resolved config with ``parallel``: the placement reads only the engine and layout."""
+    base = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
+    return base.model_copy(update={"parallel": parallel, "engine": engine})

@@ -1,0 +1,197 @@
+"""A run survives its own failures: signals to its group, a dead sampler, a dead launcher, a
+full disk. Real runs over gloo, real signals; every test has its own timeout, so a hang fails
+the test instead of holding CI.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from kit.bundle.verify import verify_bundle
+
+from .conftest import REPO, bundle_path, kit_cli, losses_by_rank, start_long_run, wait_for_steps
+
+
+def manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+def metrics(bundle: Path) -> dict:
+    return json.loads((bundle / "metrics.json").read_text())
+
+
+def sampler_pid(launcher_pid: int) -> int:
+    """The telemetry sampler: the launcher's multiprocessing child (spawn_main)."""
+    for child in psutil.Process(launcher_pid).children():
+        if any("spawn_main" in part for part in child.cmdline()):
+            return child.pid
+    raise AssertionError("no sampler process found")
+
+
+def gone(pids: list[int]) -> bool:
+    """Whether none of ``pids`` runs (a zombie no one reaps has ended too)."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
+    """What `timeout`, scancel and systemd do: SIGTERM to every process of the job's group
+    (launcher and sampler), then more signals while it shuts down. It ends within 60 s."""
+    proc = start_long_run(tmp_path)
+    wait_for_steps(tmp_path, 2)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # and an impatient Ctrl-C
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 60
+    assert proc.returncode == 1, err
+    bundle = bundle_path(out)
+    verify_bundle(bundle)
+    m = manifest(bundle)
+    assert m["status"] == "interrupted" and m["error"].startswith("stopped by signal SIGTERM")
+    assert {r["status"] for r in m["ranks"]} == {"interrupted"}
+    losses = losses_by_rank(bundle)
+    assert len(losses[0]) >= 2 and len(losses[0]) == len(losses[1])
+    assert pq.read_table(bundle / "telemetry.parquet").num_rows > 0  # the sampler's last chunk
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
+    """SIGKILL of the sampler (what a segfault in a vendor library looks like): the run goes
+    on to the end, the bundle says telemetry stopped early, and keeps the rows written."""
+    proc = start_long_run(tmp_path, "--tp", "1", steps=12)
+    wait_for_steps(tmp_path, 2)
+    time.sleep(2.5)  # past the sampler's first 2 s flush: a chunk is on disk
+    os.kill(sampler_pid(proc.pid), signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    bundle = bundle_path(out)
+    verify_bundle(bundle)
+    assert manifest(bundle)["status"] == "ok"
+    assert any("sampler process was killed by SIGKILL" in n for n in metrics(bundle)["notes"])
+    host = manifest(bundle)["telemetry_sources"]["cpu_util_pct"]
+    assert host["source"] == "host" and "ended early" in host["reason"]
+    rows = pq.read_table(bundle / "telemetry.parquet").num_rows
+    assert rows > 0
+    assert len(losses_by_rank(bundle)[0]) == 13
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_launcher_takes_its_ranks_along_and_its_staging_is_recovered(tmp_path):
+    """The OOM killer takes the launcher: its ranks stop within seconds instead of training on
+    as orphans, and `bundle recover` publishes what the run streamed, status failed."""
+    proc = start_long_run(tmp_path, steps=100000)
+    wait_for_steps(tmp_path, 3)
+    staging = next(tmp_path.glob(".*.partial"))
+    live = kit_cli("bundle", "recover", str(staging), timeout=120)
+    assert live.returncode == 2 and "still running" in live.stderr  # it publishes itself
+
+    ranks = [c.pid for c in psutil.Process(proc.pid).children()
+             if "kit.launch.worker" in " ".join(c.cmdline())]
+    assert len(ranks) == 2
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not gone(ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gone(ranks), "ranks outlived their launcher by 30 s"
+    time.sleep(1)  # the sampler sees its parent gone and writes its last chunk
+
+    r = kit_cli("bundle", "recover", str(staging), timeout=120)
+    assert r.returncode == 0, r.stderr
+    bundle = Path(r.stdout.strip().splitlines()[-1])
+    verify_bundle(bundle)
+    m = manifest(bundle)
+    assert m["status"] == "failed" and m["error"].startswith("launcher was killed")
+    assert m["command"][-4:] == ["--warmup", "1", "--out", str(tmp_path)]
+    assert [r["tp_rank"] for r in m["ranks"]] == [0, 1]
+    losses = losses_by_rank(bundle)
+    assert len(losses[0]) >= 3 and len(losses[1]) >= 3
+    assert pq.read_table(bundle / "telemetry.parquet").num_rows > 0
+    assert not staging.exists()
+
+    again = kit_cli("bundle", "recover", str(staging), timeout=120)
+    assert again.returncode == 2 and "not a staging folder" in again.stderr
+    not_staging = kit_cli("bundle", "recover", str(bundle), timeout=120)
+    assert not_staging.returncode == 2 and "not a staging folder" in not_staging.stderr
+    fake = tmp_path / ".20260101T000000Z-x-cpu-000000.partial"
+    fake.mkdir()
+    empty = kit_cli("bundle", "recover", str(fake), timeout=120)
+    assert empty.returncode == 2 and "no launcher.json" in empty.stderr
+    assert len(empty.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 4 MiB tmpfs of our own to fill (needs root and mount rights; skipped without)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write zeros to ``path`` until the filesystem is full."""
+    block = b"\0" * 65536
+    with path.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(block)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+        except OSError:
+            pass
+
+
+@pytest.mark.timeout(300)
+def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
+    out = small_tmpfs / "results"
+    proc = start_long_run(out, "--tp", "1", steps=100000)
+    wait_for_steps(out, 3)
+    filler = small_tmpfs / "filler"
+    fill(filler)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    staging = next(out.glob(".*.partial"))
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {staging}/") and "no space left on device" in last
+    assert f"charllm-kit bundle recover {staging}" in last
+
+    filler.unlink()
+    r = kit_cli("bundle", "recover", str(staging), timeout=120)
+    assert r.returncode == 0, r.stderr
+    bundle = Path(r.stdout.strip().splitlines()[-1])
+    verify_bundle(bundle)
+    m = manifest(bundle)
+    assert m["status"] == "failed"
+    assert "No space left on device" in " ".join(m["ranks"][0]["log_tail"])
+    assert len(losses_by_rank(bundle)[0]) >= 3  # the steps streamed before the disk filled
+
+
+def test_a_missing_staging_folder_is_one_line_and_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kit", "bundle", "recover", str(tmp_path / "x")],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
