@@ -1,4 +1,7 @@
-"""`bundle export-mllog` and `bundle system-desc` on a real CPU run and a recorded H100 run."""
+"""`bundle export-mllog` and `bundle system-desc` on a real CPU run and a recorded H100 run.
+
+MLCommons' own checkers on these exports: ``test_interop_mlperf_checkers.py``.
+"""
 
 import json
 import shutil
@@ -18,19 +21,6 @@ PARALLEL_KEYS = {"tensor_parallelism": "tp", "pipeline_parallelism": "pp",
                  "data_parallel_size": "dp"}
 PRECISION_KEYS = ["lowest_numerical_precision_in_linear", "lowest_numerical_precision_in_attn",
                   "lowest_numerical_precision_in_comm"]
-# Every key mlperf_logging's system_desc_checker requires of a training system description.
-MLPERF_SYSTEM_FIELDS = {
-    "submitter", "division", "status", "system_name", "number_of_nodes",
-    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
-    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
-    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
-    "host_storage_capacity", "host_networking", "host_networking_topology",
-    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
-    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
-    "accelerator_memory_configuration", "accelerator_memory_capacity",
-    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
-    "framework", "other_software_stack", "operating_system", "sw_notes",
-}
 
 
 def parse_mllog(text: str) -> list[dict]:
@@ -141,7 +131,6 @@ def test_system_desc_of_the_recorded_h100_run(cli, tmp_path):
     r = cli("bundle", "system-desc", str(H100), "-o", str(out), "--org", "ExampleLab")
     assert r.returncode == 0, r.stderr
     desc = json.loads(out.read_text())
-    assert set(desc) == MLPERF_SYSTEM_FIELDS
     assert desc["submitter"] == "ExampleLab" and desc["system_name"] == "h100_n1"
     assert desc["accelerator_model_name"] == "NVIDIA H100 80GB HBM3"
     assert desc["accelerators_per_node"] == "1" and desc["number_of_nodes"] == "1"

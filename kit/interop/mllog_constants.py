@@ -4,6 +4,8 @@ Every name without the ``KIT_`` prefix is spelled and valued as in
 ``mlperf_logging.mllog.constants`` (checked against mlperf-logging 4.1.68). The values are
 copied rather than imported: mlperf-logging is a test dependency, not a runtime one, and the
 export must not change with whichever version happens to be installed.
+``tests/test_interop_mlperf_checkers.py`` asserts each value equals the package's, and that no
+``KIT_`` key is one mllog defines, so a key the package adds later moves to its name.
 """
 
 # Event types.
