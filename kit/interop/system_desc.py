@@ -1,12 +1,16 @@
 """An MLPerf training system description derived from a bundle's manifest.
 
-The keys are the ones mlperf_logging's ``system_desc_checker`` requires. What the manifest
-does not record (processor caches, storage, cooling, operating system, ...) is the empty
-string, MLPerf's "not stated", never a guess. Node 0 is described; when nodes differ,
-``hw_notes`` says so.
+The keys are the ones mlperf_logging's ``system_desc_checker`` requires. Every value but
+``other_software_stack`` is a string, counts included, as in MLPerf's published
+``systems/*.json``: the checker joins some of them (``accelerators_per_node``, ...) into its
+summary row as strings. What the manifest does not record (processor caches, storage, cooling,
+operating system, ...) is the empty string, MLPerf's "not stated", never a guess. Node 0 is
+described; when nodes differ, ``hw_notes`` says so.
 """
 
 from typing import Any
+
+from kit.interop.mllog_constants import OPEN
 
 SYSTEM_DESC_FIELDS: tuple[str, ...] = (
     "submitter", "division", "status", "system_name", "number_of_nodes",
@@ -22,7 +26,7 @@ SYSTEM_DESC_FIELDS: tuple[str, ...] = (
 )
 """Every key of an MLPerf training system description, in the checker's order."""
 
-DIVISION = "open"
+DIVISION = OPEN
 """Kit runs train on synthetic tokens for a fixed step count: never a closed-division result."""
 
 AVAILABILITY = "Research, Development, or Internal (RDI)"
@@ -82,12 +86,12 @@ def system_description(manifest: dict[str, Any], submitter: str) -> dict[str, An
         "division": DIVISION,
         "status": AVAILABILITY,
         "system_name": system_name(manifest),
-        "number_of_nodes": len(nodes),
+        "number_of_nodes": str(len(nodes)),
         "host_processor_model_name": node["cpu"],
-        "host_processor_vcpu_count": node["cpu_count"],
+        "host_processor_vcpu_count": str(node["cpu_count"]),
         "host_memory_capacity": _gib(node["memory_bytes"]),
         "host_networking": _interconnects(platform, "inter_node"),
-        "accelerators_per_node": len(gpus),
+        "accelerators_per_node": str(len(gpus)),
         "accelerator_model_name": gpu.get("name") or (platform["device_name"] if gpus else ""),
         "accelerator_host_interconnect": _interconnects(platform, "host") if gpus else "",
         "accelerator_frequency": f"{sm_clock:g} MHz" if sm_clock else "",
