@@ -14,6 +14,9 @@ from kit.errors import KitInputError
 from kit.output_target import check_output_dir, check_output_file
 
 POSITIVE = click.IntRange(min=1)
+ALLOW_UNVERIFIED = click.option(
+    "--allow-unverified", is_flag=True,
+    help="Use a bundle that fails verification, marked as unverified, instead of refusing it.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -255,12 +258,13 @@ def _emit(text: str, output: Path | None) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="File for the :::MLLOG lines (default: stdout).")
 @click.option("--org", default="unspecified", show_default=True, help="submission_org value.")
-def bundle_export_mllog(path: Path, output: Path | None, org: str) -> None:
-    """Write a bundle's run as MLPerf-style :::MLLOG lines."""
-    from kit.bundle.reader import read_bundle
+@ALLOW_UNVERIFIED
+def bundle_export_mllog(path: Path, output: Path | None, org: str, allow_unverified: bool) -> None:
+    """Verify a bundle and write its run as MLPerf-style :::MLLOG lines."""
+    from kit.bundle.verified import read_verified_bundle
     from kit.interop.mllog import mllog_text
 
-    _emit(mllog_text(read_bundle(path), org), output)
+    _emit(mllog_text(read_verified_bundle(path, allow_unverified), org), output)
 
 
 @bundle.command("system-desc")
@@ -268,12 +272,13 @@ def bundle_export_mllog(path: Path, output: Path | None, org: str) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="File for the JSON (default: stdout).")
 @click.option("--org", default="unspecified", show_default=True, help="submitter value.")
-def bundle_system_desc(path: Path, output: Path | None, org: str) -> None:
-    """Write an MLPerf system description JSON of the nodes a bundle ran on."""
-    from kit.bundle.reader import read_bundle
+@ALLOW_UNVERIFIED
+def bundle_system_desc(path: Path, output: Path | None, org: str, allow_unverified: bool) -> None:
+    """Verify a bundle and write an MLPerf system description JSON of the nodes it ran on."""
+    from kit.bundle.verified import read_verified_bundle
     from kit.interop.system_desc import system_description
 
-    desc = system_description(read_bundle(path).manifest, org)
+    desc = system_description(read_verified_bundle(path, allow_unverified), org)
     _emit(json.dumps(desc, indent=2) + "\n", output)
 
 @cli.command()
@@ -281,12 +286,14 @@ def bundle_system_desc(path: Path, output: Path | None, org: str) -> None:
 @click.option("--baseline", help="Bundle (path or id) the ratios are against.")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]),
               default="table", show_default=True)
-def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
-    """Compare BUNDLES: canonical metrics per configuration, ratios, comparability checks."""
+@ALLOW_UNVERIFIED
+def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
+            allow_unverified: bool) -> None:
+    """Compare BUNDLES (each verified first): metrics per configuration, ratios, checks."""
     from kit.analysis.compare import compare_bundles
     from kit.analysis.compare_format import render_comparison
 
-    out, err = render_comparison(compare_bundles(list(bundles), baseline), fmt)
+    out, err = render_comparison(compare_bundles(list(bundles), baseline, allow_unverified), fmt)
     click.echo(out, nl=False)
     if err:
         click.echo(err, nl=False, err=True)
@@ -298,14 +305,16 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
               required=True, help="Report file to write.")
 @click.option("--markdown", is_flag=True,
               help="Write Markdown, with the figures as PNGs in <name>_figures/ beside it.")
-def report(bundles: tuple[Path, ...], out: Path, markdown: bool) -> None:
-    """Write a report on BUNDLES: comparison, checks and figures (self-contained HTML)."""
+@ALLOW_UNVERIFIED
+def report(bundles: tuple[Path, ...], out: Path, markdown: bool, allow_unverified: bool) -> None:
+    """Write a report on BUNDLES (each verified first): comparison, checks, figures (HTML)."""
     from kit.analysis.report import write_report
 
     check_output_file(out)
     if markdown:
         check_output_dir(out.parent / f"{out.stem}_figures")
-    written = write_report(list(bundles), out, markdown=markdown)
+    written = write_report(list(bundles), out, markdown=markdown,
+                           allow_unverified=allow_unverified)
     click.echo(str(written[0].resolve()))
 
 

@@ -2,6 +2,8 @@
 
 Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.json`` only):
 
+* ``unverified``: a bundle that failed verification, used only because of
+  ``--allow-unverified``: its files may have been edited since the run wrote them.
 * ``workload``: different architectures (the fields that differ are named), or different
   workload names of one architecture.
 * ``scaled``: a workload scaled down by a platform rule: the original, the rule's changes and
@@ -147,6 +149,14 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
     return checks
 
 
+def _unverified_checks(bundles: list[Bundle]) -> list[Check]:
+    """Bundles used although they failed verification, with what failed."""
+    return [Check("unverified", f"{b.path.name} failed verification ({b.verification_error}) "
+                                "and is used only because of --allow-unverified: its figures "
+                                "may have been edited")
+            for b in bundles if b.verification_error is not None]
+
+
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
     def config(key: str) -> Callable[[Bundle], Any]:
@@ -160,6 +170,7 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
             f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
 
     return [
+        *_unverified_checks(bundles),
         *_workload_checks(bundles),
         *_differs("platform", "platforms, MFU is against each one's own peak", bundles,
                   platform),

@@ -16,6 +16,10 @@ Each line is ``:::MLLOG `` and one JSON object with mllog's keys in its order: `
 Configuration events (submission, batch sizes, seed, optimizer, parallel degrees) come from
 the manifest at ``init_start``. There are no eval events: kit runs train on synthetic tokens and
 do not evaluate, so MLPerf's per-benchmark compliance rules do not apply to them.
+
+A bundle that failed verification and is exported only because of ``--allow-unverified`` gets
+a ``kit_bundle_unverified`` event right after ``init_start`` whose value says what failed; a
+verified bundle has none.
 """
 
 import json
@@ -34,6 +38,9 @@ MLLOG_PREFIX = ":::MLLOG "
 INTERVAL_START = "INTERVAL_START"
 INTERVAL_END = "INTERVAL_END"
 POINT_IN_TIME = "POINT_IN_TIME"
+
+UNVERIFIED_KEY = "kit_bundle_unverified"
+"""The kit's own event marking an export of a bundle that failed verification."""
 
 SUBMISSION_STATUS = "research"
 """mllog's submission status for work that is neither on-premise nor cloud availability."""
@@ -120,7 +127,7 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
     """The run as mllog events, in time order (see the module docstring for the mapping).
 
     Args:
-        bundle: A bundle from :func:`kit.bundle.read_bundle`.
+        bundle: A bundle from :func:`kit.bundle.verified.read_verified_bundle`.
         org: Value of ``submission_org``.
     """
     steps = _measured_steps(bundle.steps)
@@ -129,6 +136,9 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
     t_stop = _ms(steps[-1].t_end) if steps else t_run
     glob = bundle.manifest["config"]["global_batch_size"]
     events = [MLLogEvent(t_init, INTERVAL_START, "init_start")]
+    if bundle.verification_error is not None:
+        events.append(MLLogEvent(t_init, POINT_IN_TIME, UNVERIFIED_KEY,
+                                 bundle.verification_error))
     events += _config_events(bundle, t_init, org)
     events += [MLLogEvent(t_run, INTERVAL_END, "init_stop"),
                MLLogEvent(t_run, INTERVAL_START, "run_start")]
