@@ -1,12 +1,16 @@
 """The ``charllm-kit`` command line: click commands that parse, call one function and print.
 
 Exit codes: 0 ok; 1 the run failed (its bundle is still written); 2 bad input, reported as one
-line on stderr.
+line on stderr. A command line with ``--json`` gets every error, click's usage errors
+included, as one JSON object ``{"error": "..."}`` on stdout instead, so a script that asked for
+JSON can always parse what it gets.
 """
 
+import itertools
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -83,16 +87,10 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     opts["micro_batch_size"] = opts.pop("micro_batch")
     opts["global_batch_size"] = opts.pop("global_batch")
-    try:
-        cfg = resolve(run_request(workload=workload, **opts), require_present=not dry_run)
-        memory = estimate_memory(cfg)
-        if not (dry_run or force):
-            ensure_fits(memory)
-    except KitInputError as e:
-        if as_json:
-            click.echo(json.dumps({"error": str(e)}))
-            sys.exit(2)
-        raise
+    cfg = resolve(run_request(workload=workload, **opts), require_present=not dry_run)
+    memory = estimate_memory(cfg)
+    if not (dry_run or force):
+        ensure_fits(memory)
     if dry_run:
         print_dry_run(cfg, as_json, memory)
         return
@@ -318,20 +316,31 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool, allow_unverifie
     click.echo(str(written[0].resolve()))
 
 
+def _fail(message: str, code: int, as_json: bool) -> NoReturn:
+    """Exit with ``code`` after ``message``: ``{"error": ...}`` on stdout, else on stderr."""
+    if as_json:
+        click.echo(json.dumps({"error": message}))
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Console entry point: run the CLI and map errors to exit codes with one-line messages."""
+    """Console entry point: run the CLI and map errors to exit codes with one-line messages.
+
+    Whether to answer in JSON is read from the raw arguments (``--json`` before any ``--``),
+    since a usage error stops click before it has parsed the flag.
+    """
+    args = sys.argv[1:]
+    as_json = "--json" in itertools.takewhile(lambda a: a != "--", args)
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args=args, standalone_mode=False)
     except KitInputError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        _fail(str(e), 2, as_json)
+    except click.exceptions.Abort:  # Ctrl-C outside a run, which handles its own
+        _fail("aborted", 130, as_json)
     except click.ClickException as e:
-        click.echo(f"error: {e.format_message()}", err=True)
-        sys.exit(e.exit_code)
+        _fail(e.format_message(), e.exit_code, as_json)
     except OSError as e:  # a path the user gave that the system will not read or write
         where = f"{e.filename}: " if e.filename else ""
-        click.echo(f"error: {where}{e.strerror or e}", err=True)
-        sys.exit(2)
+        _fail(f"{where}{e.strerror or e}", 2, as_json)
