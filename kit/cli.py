@@ -239,6 +239,7 @@ def bundle_unpack(archive: Path, output: Path) -> None:
     """Unpack an archive from anyone safely, verify it; print the bundle path."""
     from kit.bundle.unpack import unpack_bundle
 
+    check_output_dir(output)
     click.echo(str(unpack_bundle(archive, output)))
 
 
