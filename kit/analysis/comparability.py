@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kit.analysis.text import shorten
 from kit.bundle.reader import Bundle
 
 _NOT_ARCHITECTURE = frozenset(
@@ -29,6 +30,8 @@ _NOT_ARCHITECTURE = frozenset(
 )
 _NAMED = 3
 """Bundles named in a message before the rest are counted."""
+_ERROR_WIDTH = 160
+"""Characters of a failed run's error a ``status`` check quotes (its first line, shortened)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
     for b in bundles:
         m = b.manifest
         if m["status"] != "ok":
-            error = (m["error"] or "no error recorded").splitlines()[0][:160]
+            error = shorten((m["error"] or "no error recorded").splitlines()[0], _ERROR_WIDTH)
             checks.append(Check("status", f"{b.path.name} ({m['workload']['name']}) ended "
                                           f"{m['status']}: {error}; its figures cover a partial "
                                           "run and are kept apart from successful repeats"))
