@@ -1,12 +1,16 @@
 """The ``charllm-kit`` command line: click commands that parse, call one function and print.
 
 Exit codes: 0 ok; 1 the run failed (its bundle is still written); 2 bad input, reported as one
-line on stderr.
+line on stderr. A command line with ``--json`` gets every error, click's usage errors
+included, as one JSON object ``{"error": "..."}`` on stdout instead, so a script that asked for
+JSON can always parse what it gets.
 """
 
+import itertools
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -14,6 +18,9 @@ from kit.errors import KitInputError, RunNotPublished
 from kit.output_target import check_output_dir, check_output_file
 
 POSITIVE = click.IntRange(min=1)
+ALLOW_UNVERIFIED = click.option(
+    "--allow-unverified", is_flag=True,
+    help="Use a bundle that fails verification, marked as unverified, instead of refusing it.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -80,16 +87,10 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     opts["micro_batch_size"] = opts.pop("micro_batch")
     opts["global_batch_size"] = opts.pop("global_batch")
-    try:
-        cfg = resolve(run_request(workload=workload, **opts), require_present=not dry_run)
-        memory = estimate_memory(cfg)
-        if not (dry_run or force):
-            ensure_fits(memory)
-    except KitInputError as e:
-        if as_json:
-            click.echo(json.dumps({"error": str(e)}))
-            sys.exit(2)
-        raise
+    cfg = resolve(run_request(workload=workload, **opts), require_present=not dry_run)
+    memory = estimate_memory(cfg)
+    if not (dry_run or force):
+        ensure_fits(memory)
     if dry_run:
         print_dry_run(cfg, as_json, memory)
         return
@@ -254,6 +255,7 @@ def bundle_unpack(archive: Path, output: Path) -> None:
     """Unpack an archive from anyone safely, verify it; print the bundle path."""
     from kit.bundle.unpack import unpack_bundle
 
+    check_output_dir(output)
     click.echo(str(unpack_bundle(archive, output)))
 
 
@@ -271,12 +273,13 @@ def _emit(text: str, output: Path | None) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="File for the :::MLLOG lines (default: stdout).")
 @click.option("--org", default="unspecified", show_default=True, help="submission_org value.")
-def bundle_export_mllog(path: Path, output: Path | None, org: str) -> None:
-    """Write a bundle's run as MLPerf-style :::MLLOG lines."""
-    from kit.bundle.reader import read_bundle
+@ALLOW_UNVERIFIED
+def bundle_export_mllog(path: Path, output: Path | None, org: str, allow_unverified: bool) -> None:
+    """Verify a bundle and write its run as MLPerf-style :::MLLOG lines."""
+    from kit.bundle.verified import read_verified_bundle
     from kit.interop.mllog import mllog_text
 
-    _emit(mllog_text(read_bundle(path), org), output)
+    _emit(mllog_text(read_verified_bundle(path, allow_unverified), org), output)
 
 
 @bundle.command("system-desc")
@@ -284,12 +287,13 @@ def bundle_export_mllog(path: Path, output: Path | None, org: str) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="File for the JSON (default: stdout).")
 @click.option("--org", default="unspecified", show_default=True, help="submitter value.")
-def bundle_system_desc(path: Path, output: Path | None, org: str) -> None:
-    """Write an MLPerf system description JSON of the nodes a bundle ran on."""
-    from kit.bundle.reader import read_bundle
+@ALLOW_UNVERIFIED
+def bundle_system_desc(path: Path, output: Path | None, org: str, allow_unverified: bool) -> None:
+    """Verify a bundle and write an MLPerf system description JSON of the nodes it ran on."""
+    from kit.bundle.verified import read_verified_bundle
     from kit.interop.system_desc import system_description
 
-    desc = system_description(read_bundle(path).manifest, org)
+    desc = system_description(read_verified_bundle(path, allow_unverified), org)
     _emit(json.dumps(desc, indent=2) + "\n", output)
 
 @cli.command()
@@ -297,12 +301,14 @@ def bundle_system_desc(path: Path, output: Path | None, org: str) -> None:
 @click.option("--baseline", help="Bundle (path or id) the ratios are against.")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]),
               default="table", show_default=True)
-def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
-    """Compare BUNDLES: canonical metrics per configuration, ratios, comparability checks."""
+@ALLOW_UNVERIFIED
+def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
+            allow_unverified: bool) -> None:
+    """Compare BUNDLES (each verified first): metrics per configuration, ratios, checks."""
     from kit.analysis.compare import compare_bundles
     from kit.analysis.compare_format import render_comparison
 
-    out, err = render_comparison(compare_bundles(list(bundles), baseline), fmt)
+    out, err = render_comparison(compare_bundles(list(bundles), baseline, allow_unverified), fmt)
     click.echo(out, nl=False)
     if err:
         click.echo(err, nl=False, err=True)
@@ -314,34 +320,46 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str) -> None:
               required=True, help="Report file to write.")
 @click.option("--markdown", is_flag=True,
               help="Write Markdown, with the figures as PNGs in <name>_figures/ beside it.")
-def report(bundles: tuple[Path, ...], out: Path, markdown: bool) -> None:
-    """Write a report on BUNDLES: comparison, checks and figures (self-contained HTML)."""
+@ALLOW_UNVERIFIED
+def report(bundles: tuple[Path, ...], out: Path, markdown: bool, allow_unverified: bool) -> None:
+    """Write a report on BUNDLES (each verified first): comparison, checks, figures (HTML)."""
     from kit.analysis.report import write_report
 
     check_output_file(out)
     if markdown:
         check_output_dir(out.parent / f"{out.stem}_figures")
-    written = write_report(list(bundles), out, markdown=markdown)
+    written = write_report(list(bundles), out, markdown=markdown,
+                           allow_unverified=allow_unverified)
     click.echo(str(written[0].resolve()))
 
 
+def _fail(message: str, code: int, as_json: bool) -> NoReturn:
+    """Exit with ``code`` after ``message``: ``{"error": ...}`` on stdout, else on stderr."""
+    if as_json:
+        click.echo(json.dumps({"error": message}))
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Console entry point: run the CLI and map errors to exit codes with one-line messages."""
+    """Console entry point: run the CLI and map errors to exit codes with one-line messages.
+
+    Whether to answer in JSON is read from the raw arguments (``--json`` before any ``--``),
+    since a usage error stops click before it has parsed the flag.
+    """
+    args = sys.argv[1:]
+    as_json = "--json" in itertools.takewhile(lambda a: a != "--", args)
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args=args, standalone_mode=False)
     except KitInputError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        _fail(str(e), 2, as_json)
     except RunNotPublished as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        _fail(str(e), 1, as_json)
+    except click.exceptions.Abort:  # Ctrl-C outside a run, which handles its own
+        _fail("aborted", 130, as_json)
     except click.ClickException as e:
-        click.echo(f"error: {e.format_message()}", err=True)
-        sys.exit(e.exit_code)
+        _fail(e.format_message(), e.exit_code, as_json)
     except OSError as e:  # a path the user gave that the system will not read or write
         where = f"{e.filename}: " if e.filename else ""
-        click.echo(f"error: {where}{e.strerror or e}", err=True)
-        sys.exit(2)
+        _fail(f"{where}{e.strerror or e}", 2, as_json)

@@ -4,7 +4,10 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -222,6 +225,66 @@ def test_unpack_limits_total_size(tmp_path):
         unpack_bundle(archive, tmp_path / "in", ArchiveLimits(max_total_bytes=50_000))
     assert not (tmp_path / "in").exists()
     assert unpack_bundle(archive, tmp_path / "in").name == H100.name
+
+
+def _unshare_tmpfs_works(tmp_path: Path) -> bool:
+    """Whether this host lets us mount a tmpfs in a private user and mount namespace."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs tmpfs {probe}"],
+                       capture_output=True, timeout=30)
+    probe.rmdir()
+    return r.returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_unpack_into_a_directory_without_write_permission_names_it(cli, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a mode-555 directory anyway; see the tmpfs tests")
+    archive = pack_bundle(H100, tmp_path / "ok.tar.gz")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    r = cli("bundle", "unpack", str(archive), "-o", str(locked))
+    assert one_line_error(r) == f"error: cannot write {locked}: {locked} is not writable"
+
+
+@pytest.mark.timeout(120)
+def test_unpack_under_a_file_names_the_destination(cli, tmp_path):
+    archive = pack_bundle(H100, tmp_path / "ok.tar.gz")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = cli("bundle", "unpack", str(archive), "-o", str(blocker / "in"))
+    assert one_line_error(r) == (f"error: cannot write {blocker / 'in'}: {blocker} is not a "
+                                 "directory")
+    with pytest.raises(BundleError) as e:  # the API, without the CLI's check up front
+        unpack_bundle(archive, blocker / "in")
+    assert str(e.value).startswith(f"cannot unpack into {blocker / 'in'}: Not a directory")
+    assert str(archive) not in str(e.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("options, needle", [
+    ("size=8k", "error: cannot unpack into {dest}: No space left on device; not unpacked"),
+    ("ro", "error: cannot write {dest}: {mnt} is not writable"),
+])
+def test_unpack_onto_a_full_or_read_only_filesystem_names_the_destination(tmp_path, options,
+                                                                        needle):
+    """A real tmpfs, full or read-only, which root cannot write past either."""
+    if not _unshare_tmpfs_works(tmp_path):
+        pytest.skip("cannot mount a tmpfs here (unshare -rm with tmpfs not permitted)")
+    archive = pack_bundle(H100, tmp_path / "ok.tar.gz")
+    mnt, dest = tmp_path / "mnt", tmp_path / "mnt" / "in"
+    mnt.mkdir()
+    script = (f"mount -t tmpfs -o {options} tmpfs {mnt} && cd {REPO} && "
+              f"{sys.executable} -m kit bundle unpack {archive} -o {dest}; "
+              f"rc=$?; ls -A {mnt}; exit $rc")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=100)
+    assert r.stdout == ""  # nothing printed, nothing left on the tmpfs
+    assert one_line_error(r).startswith(needle.format(dest=dest, mnt=mnt))
+    assert str(archive) not in r.stderr
 
 
 PLANTED = ("gpu-node-17", "example.org", "alice", "10.20.30.40", "fd00::1234")

@@ -172,12 +172,11 @@ def test_every_format_parses(cli, runs):
 
 
 def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
+    """Whole bundles: compare verifies each one (every file hashed) before reading it."""
     paths = []
     for i in range(200):
         dest = tmp_path / f"copy{i:03d}"
-        dest.mkdir()
-        for name in ("manifest.json", "metrics.json"):
-            shutil.copy(runs["tp1a"] / name, dest / name)
+        shutil.copytree(runs["tp1a"], dest)
         paths.append(str(dest))
     start = time.monotonic()
     r = cli("compare", *paths)
@@ -250,6 +249,30 @@ def test_bad_input_exits_2_with_one_line(cli, args, needle):
     r = cli(*args)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and needle in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_long_error_is_shortened_at_a_word_boundary(cli, tmp_path):
+    from .test_bundle_archive import rehash
+
+    bundle = shutil.copytree(H100, tmp_path / H100.name)
+    words = [f"word{i:02d}" for i in range(40)]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest.update(status="failed", error="rank 1: " + " ".join(words) + "\nsecond line")
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    rehash(bundle)
+    check = next(c for c in compare_json(cli, str(bundle))["checks"] if c["kind"] == "status")
+    quoted = check["message"].split("ended failed: ", 1)[1].split("; its figures", 1)[0]
+    assert quoted.endswith("...") and len(quoted) <= 160
+    assert quoted[:-3].split()[2:] == words[:len(quoted[:-3].split()) - 2]  # whole words only
+
+
+def test_shorten_cuts_between_words_or_inside_one_long_token():
+    from kit.analysis.text import shorten
+
+    assert shorten("short enough", 12) == "short enough"
+    assert shorten("connection reset by peer", 20) == "connection reset..."
+    assert shorten("see /a/very/long/path/to/the/rank/log", 20) == "see /a/very/long/..."
 
 
 def test_kernel_breakdown_counts_operator_self_time_once(profiled):

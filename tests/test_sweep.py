@@ -138,6 +138,37 @@ def test_bad_sweep_file_exits_2_with_one_line(cli, tmp_path):
     assert r.stderr.count("\n") == 1 and "repeat" in r.stderr
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("base, needle", [
+    ("{workload: gpt3-tyni, platform: cpu}", "base: unknown workload 'gpt3-tyni'; known: "),
+    ("{workload: gpt3-tiny, platform: cpux}", "base: unknown platform 'cpux'; known: "),
+    ("{workload: gpt3-tiny, platform: cpu, tp: 0}", "base: invalid run fields: tp: "),
+    ("{platform: cpu}", "base: invalid run fields: workload: Field required"),
+])
+def test_a_wrong_fixed_field_refuses_the_sweep_with_or_without_dry_run(cli, tmp_path, base,
+                                                                     needle):
+    """It would skip every point: the same one line and exit 2 whether or not --dry-run."""
+    f = tmp_path / "typo.yaml"
+    f.write_text(f"base: {base}\naxes: [{{product: {{micro_batch_size: [1, 2]}}}}]\n")
+    out = tmp_path / "out"
+    dry, real = (cli("sweep", str(f), *flag, "--out", str(out), timeout=120)
+                 for flag in (["--dry-run"], []))
+    assert (dry.returncode, real.returncode) == (2, 2) and dry.stdout == real.stdout == ""
+    assert dry.stderr == real.stderr and dry.stderr.count("\n") == 1
+    assert dry.stderr.startswith(f"error: sweep typo: {needle}")
+    assert not (out / "typo").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_axis_value_skips_only_its_point(cli, tmp_path):
+    f = tmp_path / "axis.yaml"
+    f.write_text("base: {platform: cpu}\naxes: [{product: {workload: [gpt3-tiny, gpt3-tyni]}}]\n")
+    r = cli("sweep", str(f), "--dry-run", "--out", str(tmp_path / "out"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "2 points: 1 valid, 1 skipped" in r.stdout
+    assert "unknown workload 'gpt3-tyni'" in r.stdout
+
+
 def _bundles(point_dir: Path) -> list[Path]:
     return [p for p in point_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
             and p.name != "superseded"]

@@ -2,6 +2,8 @@
 
 Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.json`` only):
 
+* ``unverified``: a bundle that failed verification, used only because of
+  ``--allow-unverified``: its files may have been edited since the run wrote them.
 * ``workload``: different architectures (the fields that differ are named), or different
   workload names of one architecture.
 * ``scaled``: a workload scaled down by a platform rule: the original, the rule's changes and
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kit.analysis.text import shorten
 from kit.bundle.reader import Bundle
 
 _NOT_ARCHITECTURE = frozenset(
@@ -27,6 +30,8 @@ _NOT_ARCHITECTURE = frozenset(
 )
 _NAMED = 3
 """Bundles named in a message before the rest are counted."""
+_ERROR_WIDTH = 160
+"""Characters of a failed run's error a ``status`` check quotes (its first line, shortened)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
     for b in bundles:
         m = b.manifest
         if m["status"] != "ok":
-            error = (m["error"] or "no error recorded").splitlines()[0][:160]
+            error = shorten((m["error"] or "no error recorded").splitlines()[0], _ERROR_WIDTH)
             checks.append(Check("status", f"{b.path.name} ({m['workload']['name']}) ended "
                                           f"{m['status']}: {error}; its figures cover a partial "
                                           "run and are kept apart from successful repeats"))
@@ -145,6 +150,14 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
             checks.append(Check("partial", f"{b.path.name} ended ok but measured {min(done)} of "
                                            f"{asked} steps"))
     return checks
+
+
+def _unverified_checks(bundles: list[Bundle]) -> list[Check]:
+    """Bundles used although they failed verification, with what failed."""
+    return [Check("unverified", f"{b.path.name} failed verification ({b.verification_error}) "
+                                "and is used only because of --allow-unverified: its figures "
+                                "may have been edited")
+            for b in bundles if b.verification_error is not None]
 
 
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
@@ -160,6 +173,7 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
             f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
 
     return [
+        *_unverified_checks(bundles),
         *_workload_checks(bundles),
         *_differs("platform", "platforms, MFU is against each one's own peak", bundles,
                   platform),

@@ -1,12 +1,14 @@
 """Put bundles side by side: group repeats of one configuration, aggregate, relate to a baseline.
 
 Runs are grouped by what was run (workload, platform, engine, nodes, parallel layout,
-optimizations, micro and global batch, dtype) and by how they ended: a failed, OOM or
-interrupted run gets its own group, so its partial figures never mix with a successful
-repeat's. Each group reports, per canonical metric, the median, minimum and maximum over the
-runs that measured it, and ``n``, how many did; a metric no run measured is ``None`` (shown as
-``n/a``), never 0. Only ``manifest.json`` and ``metrics.json`` are read, so comparing hundreds
-of bundles stays fast.
+optimizations, micro and global batch, dtype), by how they ended and by whether they verified:
+a failed, OOM or interrupted run gets its own group, so its partial figures never mix with a
+successful repeat's, and so does a bundle that failed verification and is compared only
+because of ``--allow-unverified``. Each group reports, per canonical metric, the median,
+minimum and maximum over the runs that measured it, and ``n``, how many did; a metric no run
+measured is ``None`` (shown as ``n/a``), never 0. Every bundle is verified (each file hashed,
+each schema checked) before it is used; the figures come from ``manifest.json`` and
+``metrics.json`` alone.
 """
 
 import json
@@ -16,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from kit.analysis.comparability import Check, comparability_checks
-from kit.bundle.reader import Bundle, read_bundle
+from kit.bundle.reader import Bundle
 from kit.bundle.schema import THROTTLE_BITS
+from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
 
 
@@ -86,7 +89,7 @@ def _group_key(bundle: Bundle) -> str:
     return json.dumps(
         [m["workload"]["name"], m["platform"]["name"], c["engine"], c["nodes"],
          c["parallel"], c.get("optim"), c["micro_batch_size"], c["global_batch_size"],
-         c["dtype"], m["status"] if m["status"] != "ok" else "ok"],
+         c["dtype"], m["status"], bundle.verification_error is None],
         sort_keys=True,
     )
 
@@ -129,13 +132,20 @@ class Group:
         """``ok``, or the shared status of the group's runs that did not end ok."""
         return self.first["status"]
 
+    @property
+    def verified(self) -> bool:
+        """Whether the group's runs verified (False: used through ``--allow-unverified``)."""
+        return self.bundles[0].verification_error is None
+
     def header(self) -> list[str]:
-        """Column header lines: workload, platform, layout, runs or status."""
+        """Column header lines: workload, platform, layout, runs with status and UNVERIFIED."""
         m = self.first
         runs = len(self.bundles)
         ending = f"{runs} run{'s' if runs > 1 else ''}"
-        if self.status != "ok":
-            ending = f"{self.status.upper()} ({ending})"
+        flags = ([self.status.upper()] if self.status != "ok" else []) + (
+            [] if self.verified else ["UNVERIFIED"])
+        if flags:
+            ending = f"{' '.join(flags)} ({ending})"
         return [m["workload"]["name"],
                 f"{m['platform']['name']} x{len(m['ranks'])} {m['config']['dtype']}",
                 layout_label(m["config"]), ending]
@@ -161,11 +171,11 @@ class Comparison:
         return value / base if value is not None and base else None
 
 
-def _read_all(paths: list[str | Path]) -> list[Bundle]:
-    """Read each bundle once, refusing one given twice."""
+def _read_all(paths: list[str | Path], allow_unverified: bool) -> list[Bundle]:
+    """Verify and read each bundle once, refusing one given twice."""
     bundles, seen = [], set()
     for p in paths:
-        bundle = read_bundle(p)
+        bundle = read_verified_bundle(p, allow_unverified)
         where = bundle.path.resolve()
         if where in seen:
             raise KitInputError(f"bundle {p} is given twice; give each bundle once")
@@ -174,7 +184,8 @@ def _read_all(paths: list[str | Path]) -> list[Bundle]:
     return bundles
 
 
-def _find_baseline(bundles: list[Bundle], baseline: str | Path) -> Bundle:
+def _find_baseline(bundles: list[Bundle], baseline: str | Path,
+                   allow_unverified: bool) -> Bundle:
     """The compared bundle that ``baseline`` names (path or bundle id), else read it anew."""
     for b in bundles:
         if str(baseline) == b.path.name or Path(baseline).resolve() == b.path.resolve():
@@ -184,34 +195,39 @@ def _find_baseline(bundles: list[Bundle], baseline: str | Path) -> Bundle:
             f"unknown baseline {baseline}: give one of the compared bundles (its path or id) "
             "or another bundle directory"
         )
-    return read_bundle(baseline)
+    return read_verified_bundle(baseline, allow_unverified)
 
 
 def _label(groups: list[Group]) -> None:
     """Give every group a unique one-line label (``#2``, ``#3`` for look-alikes)."""
     counts: dict[str, int] = {}
     for g in groups:
-        base = " ".join(g.header()[:3]) + ("" if g.status == "ok" else f" [{g.status}]")
+        base = (" ".join(g.header()[:3]) + ("" if g.status == "ok" else f" [{g.status}]")
+                + ("" if g.verified else " [unverified]"))
         counts[base] = counts.get(base, 0) + 1
         g.label = base if counts[base] == 1 else f"{base} #{counts[base]}"
 
 
-def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None) -> Comparison:
-    """Read, group and aggregate bundles, and check what makes them hard to compare.
+def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
+                    allow_unverified: bool = False) -> Comparison:
+    """Verify, read, group and aggregate bundles, and check what makes them hard to compare.
 
     Args:
         paths: Bundle directories; groups keep the order of their first bundle.
         baseline: A bundle (path, or id of one in ``paths``) whose group the ratios are
             against; a bundle not in ``paths`` is added first.
+        allow_unverified: Use bundles that fail verification (in groups of their own, flagged
+            by an ``unverified`` check) instead of refusing them.
 
     Raises:
         KitInputError: No bundles, a bundle given twice, an unknown baseline, or a path that
-            is not a readable bundle (:class:`kit.errors.BundleError`).
+            is not a readable, verified bundle (:class:`kit.errors.BundleError`).
     """
     if not paths:
         raise KitInputError("no bundles to compare: give one or more bundle directories")
-    bundles = _read_all(paths)
-    base = _find_baseline(bundles, baseline) if baseline is not None else None
+    bundles = _read_all(paths, allow_unverified)
+    base = (_find_baseline(bundles, baseline, allow_unverified) if baseline is not None
+            else None)
     if base is not None and all(base is not b for b in bundles):
         bundles.insert(0, base)
     by_key: dict[str, Group] = {}

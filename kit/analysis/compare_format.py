@@ -2,7 +2,10 @@
 
 Table and Markdown put the comparability checks under the figures, where a reader sees them;
 CSV keeps stdout one parseable table and leaves the checks to stderr; JSON carries them in a
-``checks`` list. A missing value is ``n/a`` (``null`` in JSON), never 0.
+``checks`` list. A missing value is ``n/a`` (``null`` in JSON), never 0. A group of bundles
+that failed verification (``--allow-unverified``) says ``UNVERIFIED`` in its column header and
+``[unverified]`` in its label, ``verified`` false in CSV and JSON, and has an ``unverified``
+check.
 """
 
 import csv
@@ -112,6 +115,7 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         groups.append({
             "label": g.label, "workload": m["workload"]["name"], "platform": m["platform"]["name"],
             "layout": g.header()[2], "dtype": m["config"]["dtype"], "status": g.status,
+            "verified": g.verified,
             "bundles": [str(b.path) for b in g.bundles],
             "metrics": {row.key: {**vars(g.values[row.key]),
                                   "ratio_to_baseline": c.ratio(g, row.key),
@@ -130,12 +134,13 @@ def _csv(c: Comparison) -> str:
     """Long form: one line per metric per group."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["metric", "label", "unit", "group", "status", "runs", "n", "median", "min",
-                     "max", "ratio_to_baseline", "pct_diff_to_baseline"])
+    writer.writerow(["metric", "label", "unit", "group", "status", "verified", "runs", "n",
+                     "median", "min", "max", "ratio_to_baseline", "pct_diff_to_baseline"])
     for g in c.groups:
         for row in METRICS:
             agg, ratio = g.values[row.key], c.ratio(g, row.key)
-            writer.writerow([row.key, row.label, row.unit, g.label, g.status, len(g.bundles),
+            writer.writerow([row.key, row.label, row.unit, g.label, g.status,
+                             str(g.verified).lower(), len(g.bundles),
                              agg.n, *(NA if v is None else repr(v)
                                       for v in (agg.median, agg.min, agg.max, ratio,
                                                 _pct(ratio)))])

@@ -7,6 +7,10 @@ Markdown viewers render. Each figure has a stable id (``config-bars``,
 ``power-timeline-<n>``, ``chassis-heatmap-<n>``, ``clock-throttle-<n>``,
 ``kernel-breakdown-<n>``, ``n`` the bundle's position) and a caption; a figure a bundle cannot
 have (no GPU telemetry, no chassis layout, no profile) is replaced by a note saying why.
+
+Every bundle is verified before it is used. One that failed and is reported only because of
+``--allow-unverified`` is named in a warning under the title, flagged in the comparison and
+its checks, and its own section says what failed.
 """
 
 import base64
@@ -69,7 +73,10 @@ def _no_heatmap_reason(bundle: Bundle) -> str:
 
 def _facts(bundle: Bundle) -> list[tuple[str, str]]:
     m = bundle.manifest
+    verified = ("yes: checksums and schemas match" if bundle.verification_error is None else
+                f"NO: {bundle.verification_error}; reported only because of --allow-unverified")
     facts = [("status", m["status"] + (f": {m['error']}" if m["error"] else "")),
+             ("verified", verified),
              ("workload", m["workload"]["name"]),
              ("platform", f"{m['platform']['name']} ({m['platform'].get('device_name', '')})"),
              ("ranks", str(len(m["ranks"]))),
@@ -112,13 +119,17 @@ class Report:
     created_utc: str
 
 
-def build_report(paths: list[str | Path]) -> Report:
-    """Compare the bundles and draw every figure.
+def build_report(paths: list[str | Path], allow_unverified: bool = False) -> Report:
+    """Verify and compare the bundles and draw every figure.
+
+    Args:
+        paths: Bundle directories.
+        allow_unverified: Report bundles that fail verification (marked) instead of refusing.
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
-    comparison = compare_bundles(paths)
+    comparison = compare_bundles(paths, allow_unverified=allow_unverified)
     bars = _item("config-bars", "Throughput, MFU, energy per token and peak power per "
                                 "configuration; failed runs are marked, unmeasured values "
                                 "say n/a.", plots.configuration_bars(comparison), "")
@@ -140,6 +151,15 @@ dt { font-weight: bold; padding-right: 1em; } dd { margin: 0; }
 """
 
 
+def _unverified_warning(report: Report) -> str | None:
+    """A warning naming the bundles that failed verification, or None when all verified."""
+    names = [b.path.name for b in report.comparison.bundles if b.verification_error is not None]
+    if not names:
+        return None
+    return ("Warning: failed verification, reported only because of --allow-unverified (the "
+            f"figures may have been edited): {', '.join(names)}.")
+
+
 def _html_figure(item: FigureItem) -> str:
     caption = html.escape(item.caption)
     if item.png is None:
@@ -154,6 +174,7 @@ def render_html(report: Report) -> str:
     """The report as one self-contained HTML page."""
     c = report.comparison
     checks = "".join(f"<li>{html.escape(line)}</li>" for line in check_lines(c.checks))
+    warning = _unverified_warning(report)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         "<title>charllm-kit report</title>", f"<style>{_STYLE}</style></head><body>",
@@ -161,6 +182,7 @@ def render_html(report: Report) -> str:
         f"<p>{sum(len(g.bundles) for g in c.groups)} bundles in {len(c.groups)} groups; "
         f"written {report.created_utc} by charllm-kit {version('charllm-kit')}. Values are "
         "the median [min..max] over repeats; n/a = not measured.</p>",
+        *([f'<p class="note" id="unverified">{html.escape(warning)}</p>'] if warning else []),
         '<h2 id="comparison">Comparison</h2>', metric_grid(c, "\n", "html"),
         '<h2 id="comparability">Comparability</h2>', f'<ul class="checks">{checks}</ul>',
         _html_figure(report.bars),
@@ -184,11 +206,13 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
     """The report as Markdown, and its figures as ``{file name: PNG}`` for ``folder``."""
     c = report.comparison
     checks = "\n".join(f"- {line}" for line in check_lines(c.checks))
+    warning = _unverified_warning(report)
     parts = [
         "# charllm-kit report",
         f"{sum(len(g.bundles) for g in c.groups)} bundles in {len(c.groups)} groups; written "
         f"{report.created_utc} by charllm-kit {version('charllm-kit')}. Values are the median "
         "[min..max] over repeats; n/a = not measured.",
+        *([f"**{warning}**"] if warning else []),
         "## Comparison", metric_grid(c, "<br>", "github"),
         "## Comparability", checks, _md_figure(report.bars, folder),
     ]
@@ -200,9 +224,10 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
     return "\n\n".join(parts) + "\n", {f"{i.id}.png": i.png for i in items if i.png is not None}
 
 
-def write_report(paths: list[str | Path], out: Path, markdown: bool = False) -> list[Path]:
+def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
+                 allow_unverified: bool = False) -> list[Path]:
     """Build the report on ``paths`` and write it to ``out``; return the files written."""
-    report = build_report(paths)
+    report = build_report(paths, allow_unverified)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not markdown:
         out.write_text(render_html(report), encoding="utf-8")

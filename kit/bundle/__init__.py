@@ -4,6 +4,7 @@
 - :mod:`kit.bundle.writer`: stage a bundle while a run goes, publish it atomically.
 - :mod:`kit.bundle.reader`: open a finished bundle, refusing unknown or broken ones.
 - :mod:`kit.bundle.verify`: check checksums, file list and schemas end to end.
+- :mod:`kit.bundle.verified`: read a bundle for analysis or export only if it verifies.
 - :mod:`kit.bundle.show`: a short human summary.
 - :mod:`kit.bundle.json_schema`: the published JSON Schemas (``schemas/*.schema.json``).
 - :mod:`kit.bundle.archive`, :mod:`kit.bundle.pack`, :mod:`kit.bundle.unpack`: one ``.tar.gz``

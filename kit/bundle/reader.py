@@ -34,11 +34,15 @@ class Bundle:
         path: The bundle directory.
         manifest: ``manifest.json`` as parsed (see :class:`Manifest`).
         metrics: ``metrics.json`` as parsed (see :class:`MetricsFile`).
+        verification_error: Why the bundle failed :func:`kit.bundle.verify.verify_bundle`,
+            when it was read anyway (``--allow-unverified``, see
+            :func:`kit.bundle.verified.read_verified_bundle`); None otherwise.
     """
 
     path: Path
     manifest: dict[str, Any]
     metrics: dict[str, Any]
+    verification_error: str | None = None
 
     @cached_property
     def steps(self) -> pa.Table:

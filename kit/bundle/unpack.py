@@ -7,8 +7,13 @@ Extraction goes through tarfile's ``data``
 filter into a private staging directory beside the target; the bundle is moved into place only
 after its hashes match the index and :func:`~kit.bundle.verify.verify_bundle` passes. Nothing
 in the archive is executed, and its JSON is parsed strictly (no YAML, no pickles).
+
+An error is blamed on what caused it: a corrupt or unsafe archive names the archive; a
+destination that cannot take the bundle (permission denied, read-only, no space left, a file
+where a directory must be) names the destination.
 """
 
+import errno
 import gzip
 import json
 import os
@@ -17,6 +22,8 @@ import shutil
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
@@ -38,6 +45,10 @@ _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 # tarfile's "data" filter (PEP 706) exists from Python 3.12 and in 3.10.12 / 3.11.4 updates.
 _DATA_FILTER: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
+
+_WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC,
+                           errno.EDQUOT, errno.EFBIG, errno.ENOTDIR, errno.EEXIST})
+"""Errors only writing can raise: once the archive is open, reading it raises none of them."""
 
 _MAX_READ = 16 * 2**20
 """Largest single read tarfile may make: it reads a pax or GNU long-name header whole."""
@@ -72,6 +83,18 @@ class _CappedReads:
 
 def _refuse(archive: Path, why: str) -> NoReturn:
     raise BundleError(f"{archive}: {why}; not unpacked")
+
+
+@contextmanager
+def _writing_into(dest: Path) -> Iterator[None]:
+    """Turn an error that only writing can cause into one naming ``dest``, not the archive."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        raise BundleError(f"cannot unpack into {dest}: {e.strerror}; not unpacked (pass -o a "
+                          "directory you can write, with room for the bundle)") from None
 
 
 def _kind(member: tarfile.TarInfo) -> str | None:
@@ -203,8 +226,9 @@ def unpack_bundle(
 
     Raises:
         BundleError: An unreadable or unsafe archive, a bundle of a newer schema, a bundle
-            that fails verification, or a target directory that already exists. Nothing is
-            left under ``dest`` then, and ``dest`` is removed again if this call created it.
+            that fails verification, a target directory that already exists, or a ``dest``
+            that cannot take the bundle (named, with the reason). Nothing is left under
+            ``dest`` then, and ``dest`` is removed again if this call created it.
     """
     archive, dest = Path(archive), Path(dest)
     limits = limits or ArchiveLimits()
@@ -218,11 +242,12 @@ def unpack_bundle(
             target = dest / index.bundle_id
             if target.exists():
                 raise BundleError(f"{target} already exists: remove it or pass another -o")
-            _extract(tar, members, index, archive, dest)
+            with _writing_into(dest):
+                _extract(tar, members, index, archive, dest)
     except _HeaderTooLarge:
         _refuse(archive, f"a member header is over {_MAX_READ} bytes")
     except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as e:
         _refuse(archive, f"not a readable .tar.gz ({type(e).__name__}: {e})")
-    except OSError as e:  # disk full, permissions, a file where -o names a directory
-        _refuse(archive, f"cannot be read or extracted ({e.strerror or e})")
+    except OSError as e:  # the archive itself: unreadable file, I/O error
+        _refuse(archive, f"cannot be read ({e.strerror or e})")
     return target

@@ -20,6 +20,10 @@ precisions, config file) come from the manifest at ``init_start``; keys are mllo
 (:mod:`kit.interop.mllog_constants`), and the kit's own where mllog has none. There are no
 eval events: kit runs train on synthetic tokens and do not evaluate, so MLPerf's
 per-benchmark compliance rules do not apply to them.
+
+A bundle that failed verification and is exported only because of ``--allow-unverified`` gets
+a ``kit_bundle_unverified`` event right after ``init_start`` whose value says what failed; a
+verified bundle has none.
 """
 
 import inspect
@@ -48,6 +52,9 @@ PRECISION = {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16"}
 CONFIG_FILENAME = "manifest.json"
 """The run's configuration file: its ``config`` is the resolved run (workload, platform,
 overrides), which the workload YAML alone does not reproduce."""
+
+UNVERIFIED_KEY = "kit_bundle_unverified"
+"""The kit's own event marking an export of a bundle that failed verification."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +171,7 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
     """The run as mllog events, in time order (see the module docstring for the mapping).
 
     Args:
-        bundle: A bundle from :func:`kit.bundle.read_bundle`.
+        bundle: A bundle from :func:`kit.bundle.verified.read_verified_bundle`.
         org: Value of ``submission_org``.
     """
     steps = _measured_steps(bundle.steps)
@@ -173,6 +180,9 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
     t_stop = _ms(steps[-1].t_end) if steps else t_run
     glob = bundle.manifest["config"]["global_batch_size"]
     events = [_event(t_init, c.INTERVAL_START, c.INIT_START)]
+    if bundle.verification_error is not None:
+        events.append(_event(t_init, c.POINT_IN_TIME, UNVERIFIED_KEY,
+                             bundle.verification_error))
     events += _config_events(bundle, t_init, org)
     events += [_event(t_run, c.INTERVAL_END, c.INIT_STOP),
                _event(t_run, c.INTERVAL_START, c.RUN_START)]

@@ -5,11 +5,13 @@ The keys are the ones mlperf_logging's ``system_desc_checker`` requires. Every v
 ``systems/*.json``: the checker joins some of them (``accelerators_per_node``, ...) into its
 summary row as strings. What the manifest does not record (processor caches, storage, cooling,
 operating system, ...) is the empty string, MLPerf's "not stated", never a guess. Node 0 is
-described; when nodes differ, ``hw_notes`` says so.
+described; when nodes differ, ``hw_notes`` says so. A bundle that failed verification and is
+described only because of ``--allow-unverified`` says so, and what failed, in ``sw_notes``.
 """
 
 from typing import Any
 
+from kit.bundle.reader import Bundle
 from kit.interop.mllog_constants import OPEN
 
 SYSTEM_DESC_FIELDS: tuple[str, ...] = (
@@ -56,16 +58,17 @@ def _framework(node: dict[str, Any]) -> str:
     return ", ".join(engines + torch)
 
 
-def system_description(manifest: dict[str, Any], submitter: str) -> dict[str, Any]:
+def system_description(bundle: Bundle, submitter: str) -> dict[str, Any]:
     """Describe the system a bundle ran on with MLPerf's system description keys.
 
     Args:
-        manifest: A bundle's ``manifest.json`` as read by :func:`kit.bundle.read_bundle`.
+        bundle: A bundle from :func:`kit.bundle.verified.read_verified_bundle`.
         submitter: The organization named as submitter.
 
     Returns:
         One value per key of :data:`SYSTEM_DESC_FIELDS`, in that order.
     """
+    manifest = bundle.manifest
     platform, nodes = manifest["platform"], manifest["inventory"]
     node = nodes[0]
     gpus = node["gpus"]
@@ -81,6 +84,11 @@ def system_description(manifest: dict[str, Any], submitter: str) -> dict[str, An
     )
     software = {"python": node["python"], **node["engine_versions"]}
     software.update({k: node[k] for k in ("driver", "cuda", "rocm") if node.get(k)})
+    sw_notes = [f"charllm-kit {manifest['kit_version']}", "synthetic tokens",
+                f"bundle schema v{manifest['schema_version']}"]
+    if bundle.verification_error is not None:
+        sw_notes.append(f"UNVERIFIED bundle, described only because of --allow-unverified: "
+                        f"{bundle.verification_error}")
     values: dict[str, Any] = {
         "submitter": submitter,
         "division": DIVISION,
@@ -100,7 +108,6 @@ def system_description(manifest: dict[str, Any], submitter: str) -> dict[str, An
         "hw_notes": "; ".join(n for n in hw_notes if n),
         "framework": _framework(node),
         "other_software_stack": software,
-        "sw_notes": f"charllm-kit {manifest['kit_version']}; synthetic tokens; "
-        f"bundle schema v{manifest['schema_version']}",
+        "sw_notes": "; ".join(sw_notes),
     }
     return {key: values.get(key, "") for key in SYSTEM_DESC_FIELDS}

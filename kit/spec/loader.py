@@ -1,5 +1,6 @@
 """Load workload and platform YAML files into validated specs, with one-line errors."""
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TypeVar
 
@@ -14,10 +15,15 @@ from kit.spec.workload import WorkloadSpec
 M = TypeVar("M", bound=BaseModel)
 
 
-def describe_validation_error(err: ValidationError) -> str:
-    """Condense a pydantic error into one line: ``field: message; field: message``."""
+def describe_validation_error(err: ValidationError, skip: Collection[str] = ()) -> str:
+    """Condense a pydantic error into one line: ``field: message; field: message``.
+
+    Errors under a top-level field named in ``skip`` are left out ("" if that is all of them).
+    """
     parts = []
     for e in err.errors():
+        if e["loc"] and e["loc"][0] in skip:
+            continue
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         parts.append(f"{loc}: {e['msg']}")
     return "; ".join(parts)

@@ -1,8 +1,11 @@
 """Which points of a sweep can run here, and why each of the others is skipped.
 
-The checks are those of ``charllm-kit run`` in the same order it applies them: the sweep's own
-constraints, the run fields themselves, resolution and layout validation (divisibility, world
-size, engine support, platform present for a real run) and the memory estimate.
+First the sweep as a whole: its fixed fields (those ``base`` sets and no axis varies) are
+checked once, and a wrong one (a misspelled workload or platform, ``tp: 0``) refuses the sweep,
+dry run or not, since it would skip every point. Then each point, with the checks of
+``charllm-kit run`` in the same order it applies them: the sweep's own constraints, the run
+fields themselves, resolution and layout validation (divisibility, world size, engine support,
+platform present for a real run) and the memory estimate.
 """
 
 import re
@@ -10,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kit.analysis.memory import MemoryEstimate, estimate_memory, fit_refusal
 from kit.errors import KitInputError
+from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.resolve import RunRequest, resolve, run_request
 from kit.spec.run import RunConfig
 from kit.sweep.spec import SweepSpec
@@ -80,8 +86,41 @@ def _verdict(
     return req, cfg, memory, fit_refusal(memory)
 
 
+def check_fixed_fields(spec: SweepSpec) -> None:
+    """Refuse a sweep whose fixed fields are wrong: every point would be skipped for them.
+
+    Fixed fields are those of ``base`` that no axis sets; a field no axis varies and ``base``
+    lacks (a missing ``workload``) is as wrong for every point. Whether the platform is present
+    on this host is a point's verdict, not checked here: a dry run resolves any platform.
+
+    Raises:
+        KitInputError: Invalid fixed run fields, or an unknown fixed workload or platform.
+    """
+    varied = {name for point in spec.points() for name in point}
+    fixed = {k: v for k, v in spec.base.items() if k not in varied}
+    try:
+        RunRequest.model_validate(fixed)
+    except ValidationError as e:
+        problem = describe_validation_error(e, skip=varied)
+        if problem:
+            raise KitInputError(f"sweep {spec.name}: base: invalid run fields: {problem}") from None
+    try:
+        if "workload" in fixed:
+            load_workload(fixed["workload"])
+        if fixed.get("platform"):
+            load_platform(fixed["platform"])
+    except KitInputError as e:
+        raise KitInputError(f"sweep {spec.name}: base: {e}") from None
+
+
 def plan_sweep(spec: SweepSpec, require_present: bool) -> list[PlannedPoint]:
-    """Every point of ``spec`` with its verdict; ``require_present`` for a real run here."""
+    """Every point of ``spec`` with its verdict; ``require_present`` for a real run here.
+
+    Raises:
+        KitInputError: The sweep as a whole is wrong (:func:`check_fixed_fields`), or a
+            constraint cannot be evaluated on a point.
+    """
+    check_fixed_fields(spec)
     out = []
     for number, values in enumerate(spec.points(), 1):
         req, cfg, memory, reason = _verdict(spec, values, require_present)
