@@ -32,13 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.analysis.flops import model_flops_per_step, padded_vocab_size
+from kit.analysis.flops import model_flops_per_step
 from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
 from kit.engines.megatron.engine import MegatronEngine
 from kit.spec.detect import detect_platform
 from kit.spec.resolve import RunRequest, resolve
-from kit.spec.workload import WorkloadSpec
+from kit.spec.workload import WorkloadSpec, padded_vocab_size
 
 GiB = 2**30
 

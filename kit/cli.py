@@ -14,10 +14,11 @@ from typing import NoReturn
 
 import click
 
+from kit.cli_options import model_options
 from kit.errors import KitInputError, RunNotPublished
 from kit.output_target import check_output_dir, check_output_file
+from kit.spec.resolve import RunRequest
 
-POSITIVE = click.IntRange(min=1)
 ALLOW_UNVERIFIED = click.option(
     "--allow-unverified", is_flag=True,
     help="Use a bundle that fails verification, marked as unverified, instead of refusing it.")
@@ -31,42 +32,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("workload")
-@click.option("--platform", help="Platform name or YAML (default: detect this host).")
-@click.option("--engine", type=click.Choice(["megatron", "deepspeed"]), default="megatron",
-              show_default=True)
-@click.option("--nodes", type=POSITIVE, default=1, show_default=True,
-              help="Nodes (a real run: one node; more resolve with --dry-run).")
-@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local",
-              show_default=True, help="slurm is not available yet (refused).")
-@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor parallel degree.")
-@click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline parallel degree.")
-@click.option("--dp", type=POSITIVE, help="Data parallel degree (default: derived).")
-@click.option("--ep", type=POSITIVE, default=1, show_default=True, help="Expert parallel degree.")
-@click.option("--cp", type=POSITIVE, default=1, show_default=True, help="Context parallel degree.")
-@click.option("--vpp", type=POSITIVE, help="Virtual pipeline stages per rank.")
-@click.option("--sp", is_flag=True, help="Sequence parallelism (needs --tp > 1).")
-@click.option("--moe-dispatcher", type=click.Choice(["alltoall", "allgather"]),
-              default="alltoall", show_default=True, help="MoE token dispatcher.")
-@click.option("--micro-batch", type=POSITIVE, help="Samples per micro-batch (default: workload's).")
-@click.option("--global-batch", type=POSITIVE, help="Samples per step (default: workload's).")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
-              show_default=True)
-@click.option("--recompute-method", type=click.Choice(["uniform", "block"]), default="uniform",
-              show_default=True, help="Which layers full recompute checkpoints.")
-@click.option("--overlap/--no-overlap", default=False, help="Overlap grad reduce/param gather.")
-@click.option("--dist-optimizer", is_flag=True, help="Shard optimizer states over DP.")
-@click.option("--fsdp", is_flag=True,
-              help="megatron-core's Megatron-FSDP: shard weights, grads and optimizer over DP.")
-@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
-              help="DeepSpeed ZeRO stage.")
-@click.option("--offload", is_flag=True, help="DeepSpeed: optimizer states and step on the host.")
-@click.option("--steps", type=POSITIVE, default=20, show_default=True, help="Measured steps.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Unmeasured steps first.")
-@click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,
-              show_default=True, help="Sampling period; 0 turns telemetry off.")
-@click.option("--profile", is_flag=True, help="Record a kernel profile of one step.")
-@click.option("--seed", type=int, default=1234, show_default=True)
+@model_options(RunRequest, skip=("workload",))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the bundle.")
 @click.option("--dry-run", is_flag=True,
@@ -81,18 +47,16 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     A run predicted not to fit in device memory (see --dry-run) is refused unless --force.
     """
-    from kit.analysis.memory import ensure_fits, estimate_memory
-    from kit.analysis.tables import print_dry_run, print_summary
-    from kit.spec.resolve import resolve, run_request
+    from kit.cli_tables import print_dry_run, print_summary
+    from kit.plan import plan_run
+    from kit.spec.resolve import run_request
 
-    opts["micro_batch_size"] = opts.pop("micro_batch")
-    opts["global_batch_size"] = opts.pop("global_batch")
-    cfg = resolve(run_request(workload=workload, **opts), require_present=not dry_run)
-    memory = estimate_memory(cfg)
-    if not (dry_run or force):
-        ensure_fits(memory)
+    plan = plan_run(run_request(workload=workload, **opts), require_present=not dry_run)
+    cfg = plan.cfg
+    if plan.refusal and not (dry_run or force):
+        raise KitInputError(plan.refusal)
     if dry_run:
-        print_dry_run(cfg, as_json, memory)
+        print_dry_run(cfg, as_json, plan.memory)
         return
     check_output_dir(out)
     from kit.launch.session import run_session
@@ -147,7 +111,7 @@ def workloads() -> None:
 @workloads.command("list")
 def workloads_list() -> None:
     """List shipped workloads."""
-    from kit.analysis.tables import workloads_table
+    from kit.cli_tables import workloads_table
 
     click.echo(workloads_table())
 
@@ -156,7 +120,7 @@ def workloads_list() -> None:
 @click.argument("name")
 def workloads_show(name: str) -> None:
     """Show one workload's architecture (NAME or a YAML path)."""
-    from kit.analysis.tables import show_workload
+    from kit.cli_tables import show_workload
 
     click.echo(show_workload(name))
 
@@ -169,7 +133,7 @@ def platforms() -> None:
 @platforms.command("list")
 def platforms_list() -> None:
     """List shipped platforms."""
-    from kit.analysis.tables import platforms_table
+    from kit.cli_tables import platforms_table
 
     click.echo(platforms_table())
 
@@ -178,7 +142,7 @@ def platforms_list() -> None:
 @click.argument("name")
 def platforms_show(name: str) -> None:
     """Show one platform profile (NAME or a YAML path)."""
-    from kit.analysis.tables import show_platform
+    from kit.cli_tables import show_platform
 
     click.echo(show_platform(name))
 

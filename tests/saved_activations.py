@@ -5,7 +5,7 @@ platform). For each workload it builds the engine, runs one micro-batch forward 
 under ``torch.autograd.graph.saved_tensors_hooks`` and counts every distinct storage saved for
 backward that is not a parameter (a saved view keeps its whole storage alive, as on a GPU).
 Prints one JSON line per workload: ``{"workload", "saved_bytes", "estimated_bytes"}``, the
-estimate being the stage's activations plus logits from :mod:`kit.analysis.memory`.
+estimate being the stage's activations plus logits from :mod:`kit.plan.memory`.
 """
 
 import json
@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from kit.analysis.memory import estimate_memory
 from kit.engines.megatron.engine import MegatronEngine
+from kit.plan.memory import estimate_memory
 from kit.spec.resolve import RunRequest, resolve
 
 # Storages under this size are per-token statistics (norm rstd, attention log-sum-exp), which

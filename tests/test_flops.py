@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kit.analysis.flops import model_flops_per_step, padded_vocab_size, params_count
+from kit.analysis.flops import model_flops_per_step, params_count
 from kit.spec.loader import load_workload
+from kit.spec.workload import padded_vocab_size
 
 REPO = Path(__file__).resolve().parent.parent
 

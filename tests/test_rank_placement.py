@@ -1,4 +1,4 @@
-"""Rank placement from the layout (kit.launch.placement) equals the engines' own rank orders.
+"""Rank placement from the layout (each EngineSpec.placement) equals the engines' own orders.
 
 Checked against megatron-core's RankGenerator (what parallel_state builds its groups with) and
 DeepSpeed's PipeDataParallelTopology, over many layouts, without starting any process; the
@@ -10,8 +10,8 @@ import itertools
 import pytest
 from megatron.core.parallel_state import RankGenerator
 
-from kit.launch.placement import rank_placement
-from kit.spec.resolve import RunRequest, resolve
+from kit.engines import ENGINES, engine_spec
+from kit.errors import KitInputError
 from kit.spec.run import ParallelConfig
 
 ORDER = "tp-cp-ep-dp-pp"  # megatron-core's default
@@ -39,7 +39,7 @@ def test_megatron_placement_matches_megatron_core(tp, cp, dp, pp, ep):
     for rank in range(world):
         want = {f"{k}_rank": _position(g, rank) for k, g in groups.items()}
         want["ep_rank"] = _position(ep_groups, rank)
-        assert rank_placement(_cfg(parallel), rank) == want
+        assert engine_spec("megatron").placement(parallel, rank) == want
 
 
 @pytest.mark.parametrize(("dp", "pp"), [(1, 1), (4, 1), (2, 2), (3, 2), (1, 4)])
@@ -50,16 +50,12 @@ def test_deepspeed_placement_matches_its_pipe_topology(dp, pp):
     parallel = ParallelConfig(dp=dp, pp=pp)
     for rank in range(dp * pp):
         coord = topo.get_coord(rank)
-        got = rank_placement(_cfg(parallel, "deepspeed"), rank)
+        got = engine_spec("deepspeed").placement(parallel, rank)
         assert (got["dp_rank"], got["pp_rank"]) == (coord.data, coord.pipe)
 
 
-def test_a_rank_outside_the_world_is_refused():
-    with pytest.raises(ValueError, match="outside a world of 2"):
-        rank_placement(_cfg(ParallelConfig(tp=2)), 2)
-
-
-def _cfg(parallel: ParallelConfig, engine: str = "megatron"):
-    """A resolved config with ``parallel``: the placement reads only the engine and layout."""
-    base = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
-    return base.model_copy(update={"parallel": parallel, "engine": engine})
+def test_an_unknown_engine_is_one_line_naming_the_known_ones():
+    with pytest.raises(KitInputError, match="unknown engine 'torchtitan'; known: deepspeed, "
+                                            "megatron"):
+        engine_spec("torchtitan")
+    assert set(ENGINES) == {"megatron", "deepspeed"}

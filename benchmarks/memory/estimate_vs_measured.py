@@ -8,7 +8,7 @@ Each config runs through ``charllm-kit run`` (2 steps, so the peak includes the 
 states AdamW allocates in the first one; telemetry off,
 ``--force`` so the estimate cannot veto its own check); the bundle's ``per_rank``
 ``mem_peak_bytes`` (``torch.cuda.max_memory_allocated`` on GPUs, peak RSS on cpu) is compared
-with :func:`kit.analysis.memory.estimate_vs_measured` for that rank's pipeline stage. Large
+with :func:`kit.plan.memory.estimate_vs_measured` for that rank's pipeline stage. Large
 workloads are cut to a few layers (width, heads, vocabulary and sequence kept) so that one
 device holds them. Prints a table and writes ``estimate_vs_measured-<platform>.json`` to
 ``benchmarks/memory/results/``.
@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
-from kit.analysis.memory import estimate_vs_measured
 from kit.bundle.reader import read_bundle
+from kit.plan.memory import estimate_vs_measured
 from kit.spec.loader import load_workload
 from kit.spec.run import RunConfig
 

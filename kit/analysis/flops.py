@@ -12,7 +12,7 @@ hidden size, ``n`` attention heads, ``g`` key/value groups, ``d = h / n`` (megat
 ``kv_channels``), ``q = d n`` query projection width, ``kv = d g`` key (and value) projection
 width, ``f`` FFN hidden size (per expert), ``k`` experts each token is routed to (1 when
 dense), ``e = 3`` for a gated MLP (SwiGLU: h->2f and f->h GEMMs) else ``2`` (h->f and f->h),
-``V`` vocabulary padded by :func:`padded_vocab_size`::
+``V`` vocabulary padded by :func:`kit.spec.workload.padded_vocab_size`::
 
     F = 3 * 2 * B * s * ( L * [ h (q + 2 kv)        QKV projection (grouped-query)
                               + q s                 QK^T and (QK^T)V: 2 GEMMs x s/2 (causal)
@@ -33,28 +33,7 @@ identical except that its attention-score term is twice ours (``2 q s``, no caus
 numbers from such logs are higher by ``6 B s L q s``.
 """
 
-from kit.spec.workload import WorkloadSpec
-
-
-def padded_vocab_size(vocab_size: int, tp: int = 1, divisible_by: int = 128) -> int:
-    """Vocabulary size as Megatron pads it for the embedding and output layers.
-
-    Megatron-LM (``_vocab_size_with_padding`` in ``megatron/training/tokenizer/tokenizer.py``)
-    rounds the vocabulary up to a multiple of ``make_vocab_size_divisible_by`` (default 128)
-    times the tensor-parallel size, so every TP rank holds an equal, aligned slice.
-
-    Args:
-        vocab_size: Tokenizer vocabulary size before padding.
-        tp: Tensor-parallel degree.
-        divisible_by: Megatron's ``--make-vocab-size-divisible-by``.
-
-    Returns:
-        The smallest multiple of ``divisible_by * tp`` that is at least ``vocab_size``.
-    """
-    if vocab_size <= 0 or tp <= 0 or divisible_by <= 0:
-        raise ValueError("vocab_size, tp and divisible_by must be positive")
-    multiple = divisible_by * tp
-    return -(-vocab_size // multiple) * multiple
+from kit.spec.workload import WorkloadSpec, padded_vocab_size
 
 
 def model_flops_per_step(workload: WorkloadSpec, global_batch_size: int, tp: int = 1) -> float:

@@ -25,9 +25,9 @@ from kit.bundle.schema import (
     RankRecord,
 )
 from kit.bundle.writer import BundleStaging, concat_chunks
+from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
-from kit.launch.placement import rank_placement
 from kit.launch.rankfile import SCRATCH, RankResult, read_rank_result, recover_rank_result
 from kit.spec.run import RunConfig
 from kit.telemetry.sampler import REPORT_NAME, SamplerReport
@@ -141,7 +141,7 @@ def rank_records(
     """Manifest entries for every rank: placement from the layout, how its process ended."""
     out = []
     for r, res in enumerate(results):
-        pl = rank_placement(cfg, r)
+        pl = engine_spec(cfg.engine).placement(cfg.parallel, r)
         ex = end.exits.get(r)
         if res is not None:
             status = res.status

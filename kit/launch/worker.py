@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kit.engines import build_engine
+from kit.engines import engine_spec
 from kit.launch.local import LAUNCHER_PID_ENV
 from kit.launch.profiling import profiled_step, step_trace
 from kit.launch.rankfile import (
@@ -149,7 +149,7 @@ def run_rank(staging: Path) -> int:
     steps_log = open_steps_log(staging, rank)
     try:
         cfg = read_config(staging)
-        engine = build_engine(cfg)
+        engine = engine_spec(cfg.engine).build()
         placement = engine.setup(cfg, rank, local_rank, world)
         result.placement = {k: v for k, v in vars(placement).items() if k.endswith("_rank")}
         info = engine.info()

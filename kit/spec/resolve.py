@@ -20,37 +20,60 @@ from kit.spec.workload import ScalingRecord, WorkloadSpec
 
 
 class RunRequest(BaseModel):
-    """What a user asked for; ``None`` means "the default for this workload and platform"."""
+    """What a user asked for: the one definition of a run's options.
+
+    ``charllm-kit run`` generates its options from these fields (kit/cli_options.py: the name is
+    ``--field-name`` unless ``cli`` says otherwise, the help is the description), and a sweep's
+    ``base:`` and axes use the field names. ``None`` (or leaving a field out) means "the
+    default for this workload and platform". Options that only one engine takes are named by its
+    :class:`~kit.engines.registry.EngineSpec` and refused for the others.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: str
-    platform: str | None = Field(None, description="Platform name or YAML; null = detect.")
-    engine: Literal["megatron", "deepspeed"] = "megatron"
-    launcher: Literal["local", "slurm"] = "local"
-    nodes: int = Field(1, gt=0)
-    tp: int = Field(1, gt=0)
-    pp: int = Field(1, gt=0)
-    dp: int | None = Field(None, gt=0)
-    cp: int = Field(1, gt=0)
-    ep: int = Field(1, gt=0)
-    vpp: int | None = Field(None, gt=0)
-    sp: bool = False
-    moe_dispatcher: Literal["alltoall", "allgather"] = "alltoall"
-    micro_batch_size: int | None = Field(None, gt=0)
-    global_batch_size: int | None = Field(None, gt=0)
-    recompute: Recompute = "none"
-    recompute_method: RecomputeMethod = "uniform"
-    overlap: bool = False
-    dist_optimizer: bool = False
-    fsdp: bool = False
-    zero: Literal[0, 1, 2, 3] = 0
-    offload: bool = False
-    steps: int = Field(20, gt=0)
-    warmup: int = Field(3, ge=0)
-    telemetry_interval_ms: int = Field(20, ge=0)
-    profile: bool = False
-    seed: int = 1234
+    workload: str = Field(description="Workload name (workloads/) or a workload YAML file.")
+    platform: str | None = Field(
+        None, description="Platform name or YAML file (default: detect this host).")
+    engine: str = Field("megatron", description="Training engine: a registered name (kit/engines: megatron, deepspeed).")
+    launcher: Literal["local", "slurm"] = Field(
+        "local", description="How ranks start; slurm is not available yet (refused).")
+    nodes: int = Field(
+        1, gt=0, description="Nodes (a real run: one node; more resolve with --dry-run).")
+    tp: int = Field(1, gt=0, description="Tensor-parallel degree.")
+    pp: int = Field(1, gt=0, description="Pipeline-parallel degree (stages).")
+    dp: int | None = Field(
+        None, gt=0, description="Data-parallel degree (default: what fills the devices).")
+    cp: int = Field(1, gt=0, description="Context-parallel degree.")
+    ep: int = Field(1, gt=0, description="Expert-parallel degree (MoE workloads).")
+    vpp: int | None = Field(
+        None, gt=0, description="Virtual pipeline stages per pipeline rank (default: off).")
+    sp: bool = Field(False, description="Sequence parallelism (needs --tp > 1).")
+    moe_dispatcher: Literal["alltoall", "allgather"] = Field(
+        "alltoall", description="MoE token dispatcher.")
+    micro_batch_size: int | None = Field(
+        None, gt=0, description="Samples per micro-batch (default: the workload's).",
+        json_schema_extra={"cli": "--micro-batch"})
+    global_batch_size: int | None = Field(
+        None, gt=0, description="Samples per optimizer step (default: the workload's).",
+        json_schema_extra={"cli": "--global-batch"})
+    recompute: Recompute = Field("none", description="Activation recomputation granularity.")
+    recompute_method: RecomputeMethod = Field(
+        "uniform", description="Which layers full recompute checkpoints.")
+    overlap: bool = Field(
+        False, description="Overlap gradient reduce / parameter gather with compute.")
+    dist_optimizer: bool = Field(
+        False, description="megatron: shard optimizer states over data parallelism.")
+    fsdp: bool = Field(
+        False, description="megatron: Megatron-FSDP, shard weights, grads and optimizer over DP.")
+    zero: Literal[0, 1, 2, 3] = Field(0, description="deepspeed: ZeRO stage.")
+    offload: bool = Field(
+        False, description="deepspeed: optimizer states and step on the host (ZeRO-Offload).")
+    steps: int = Field(20, gt=0, description="Measured steps.")
+    warmup: int = Field(3, ge=0, description="Unmeasured steps first.")
+    telemetry_interval_ms: int = Field(
+        20, ge=0, description="Telemetry sampling period in ms; 0 turns telemetry off.")
+    profile: bool = Field(False, description="Record a kernel profile of one step.")
+    seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
 
 
 def apply_scaling(
@@ -159,15 +182,15 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         profile=req.profile,
         seed=req.seed,
     )
-    problems = layout_violations(cfg)
+    from kit.engines import engine_spec, foreign_options
+
+    engine = engine_spec(req.engine)
+    problems = foreign_options(req.engine, req.model_dump(exclude_defaults=True))
+    problems += layout_violations(cfg)
     if not problems:
-        from kit.engines import engine_violations
-
-        problems = engine_violations(cfg)
+        problems = engine.violations(cfg)
     if not problems and require_present:
-        from kit.engines import engine_missing
-
-        problems = engine_missing(cfg)
+        problems = engine.missing()
     if problems:
         raise KitInputError("; ".join(problems))
     return cfg

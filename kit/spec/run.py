@@ -68,7 +68,7 @@ class RunConfig(BaseModel):
         None, description="Set when the platform scaled the workload: original, rule, platform."
     )
     platform: PlatformSpec
-    engine: Literal["megatron", "deepspeed"] = "megatron"
+    engine: str = Field("megatron", description="Registered engine name (kit.engines).")
     launcher: Literal["local", "slurm"] = "local"
     nodes: int = Field(1, gt=0, description="Nodes; world size = nodes x devices per node.")
     devices_per_node: int | None = Field(

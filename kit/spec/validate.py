@@ -43,13 +43,8 @@ def layout_violations(cfg: RunConfig) -> list[str]:
             f"global batch ({cfg.global_batch_size}) must be divisible by micro-batch x dp "
             f"({cfg.micro_batch_size} x {p.dp})"
         )
-    if o.zero and cfg.engine != "deepspeed":
-        out.append("--zero is a DeepSpeed stage; use --engine deepspeed or --dist-optimizer")
-    if o.offload and (cfg.engine != "deepspeed" or o.zero == 0):
-        out.append("--offload moves ZeRO's optimizer states to the host; use it with "
-                   "--engine deepspeed and --zero 1, 2 or 3")
-    if o.fsdp and o.dist_optimizer:
-        out.append("--fsdp and --dist-optimizer are exclusive (FSDP already shards the optimizer)")
+    if cfg.launcher != "local":
+        out.append("--launcher slurm is not available yet; run one node with --launcher local")
     if cfg.warmup >= cfg.total_steps:
         out.append("--steps must be at least 1")
     return out

@@ -88,3 +88,24 @@ class ScalingRecord(BaseModel):
     original: WorkloadSpec
     rule: ScalingRule
     platform: str = Field(description="Platform whose profile declared the rule.")
+
+
+def padded_vocab_size(vocab_size: int, tp: int = 1, divisible_by: int = 128) -> int:
+    """Vocabulary size as Megatron pads it for the embedding and output layers.
+
+    Megatron-LM (``_vocab_size_with_padding`` in ``megatron/training/tokenizer/tokenizer.py``)
+    rounds the vocabulary up to a multiple of ``make_vocab_size_divisible_by`` (default 128)
+    times the tensor-parallel size, so every TP rank holds an equal, aligned slice.
+
+    Args:
+        vocab_size: Tokenizer vocabulary size before padding.
+        tp: Tensor-parallel degree.
+        divisible_by: Megatron's ``--make-vocab-size-divisible-by``.
+
+    Returns:
+        The smallest multiple of ``divisible_by * tp`` that is at least ``vocab_size``.
+    """
+    if vocab_size <= 0 or tp <= 0 or divisible_by <= 0:
+        raise ValueError("vocab_size, tp and divisible_by must be positive")
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple

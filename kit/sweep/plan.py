@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kit.analysis.memory import MemoryEstimate, estimate_memory, fit_refusal
 from kit.errors import KitInputError
+from kit.plan import plan_run
+from kit.plan.memory import MemoryEstimate
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
-from kit.spec.resolve import RunRequest, resolve, run_request
+from kit.spec.resolve import RunRequest, run_request
 from kit.spec.run import RunConfig
 from kit.sweep.spec import SweepSpec
 
@@ -79,11 +80,10 @@ def _verdict(
             raise KitInputError(f"sweep {spec.name}: constraint {rule.if_!r} fails on "
                                 f"{values}: {e}") from None
     try:
-        cfg = resolve(req, require_present=require_present)
+        plan = plan_run(req, require_present=require_present)
     except KitInputError as e:
         return req, None, None, str(e)
-    memory = estimate_memory(cfg)
-    return req, cfg, memory, fit_refusal(memory)
+    return req, plan.cfg, plan.memory, plan.refusal
 
 
 def check_fixed_fields(spec: SweepSpec) -> None:

@@ -2,8 +2,8 @@
 
 from tabulate import tabulate
 
-from kit.analysis.memory import GIB
-from kit.analysis.tables import fmt
+from kit.cli_tables import fmt
+from kit.plan.memory import GIB
 from kit.sweep.index import SweepIndex
 from kit.sweep.plan import PlannedPoint
 

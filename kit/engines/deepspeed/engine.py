@@ -15,7 +15,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from kit.analysis.flops import padded_vocab_size
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed.config import deepspeed_config
@@ -27,6 +26,7 @@ from kit.engines.deepspeed.model import (
     pipeline_module,
 )
 from kit.spec.run import RunConfig
+from kit.spec.workload import padded_vocab_size
 
 
 class DeepSpeedEngine(Engine):

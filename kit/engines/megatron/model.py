@@ -9,9 +9,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kit.analysis.flops import padded_vocab_size
 from kit.engines.megatron import adapter, speed
 from kit.spec.run import RunConfig
+from kit.spec.workload import padded_vocab_size
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from kit.analysis.flops import padded_vocab_size
-from kit.errors import KitInputError
+from kit.engines import engine_spec
+from kit.engines.registry import BytesPerParameter, Sharding
 from kit.spec.run import RunConfig
+from kit.spec.workload import padded_vocab_size
 
 GIB = 1024**3
 
@@ -44,25 +45,6 @@ FRAMEWORK_OVERHEAD_BYTES: dict[str, int] = {
 """Memory a rank needs beyond tensors the model allocates, by platform vendor."""
 
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-
-
-@dataclass(frozen=True)
-class BytesPerParameter:
-    """Bytes each parameter costs before sharding."""
-
-    weights: int
-    grads: int
-    optimizer: int
-    """Optimizer states: fp32 master copy (mixed precision only) and AdamW's two fp32 moments."""
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """Which model-state parts are split over the data-parallel group."""
-
-    weights: bool = False
-    grads: bool = False
-    optimizer: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,31 +134,15 @@ def bytes_per_parameter(cfg: RunConfig) -> BytesPerParameter:
     """Weights, gradient and optimizer bytes per parameter for ``cfg``'s engine and dtype."""
     if cfg.platform.is_cpu or cfg.dtype == "fp32":
         return BytesPerParameter(weights=4, grads=4, optimizer=8)
-    if cfg.engine == "deepspeed":  # ZeRO paper (Rajbhandari et al. 2020): 2 + 2 + K=12
-        return BytesPerParameter(weights=2, grads=2, optimizer=12)
-    # megatron engine: bf16 params, fp32 main_grad buffer (grad_reduce_in_fp32=True in
-    # kit/engines/megatron/engine.py), fp32 master params + exp_avg + exp_avg_sq.
-    return BytesPerParameter(weights=2, grads=4, optimizer=12)
+    return engine_spec(cfg.engine).bytes_per_parameter(cfg)
 
 
 def sharding(cfg: RunConfig, zero_stage: int | None = None) -> Sharding:
-    """Which model-state parts ``cfg`` shards over data parallelism.
+    """Which model-state parts ``cfg`` shards over data parallelism (the engine's choice).
 
-    Args:
-        cfg: The run.
-        zero_stage: DeepSpeed ZeRO stage (0-3) for the deepspeed engine; ``None`` takes
-            ``cfg.optim.zero``. Ignored by the megatron engine, which shards through
-            ``--dist-optimizer`` (optimizer states) or ``--fsdp`` (everything).
+    ``zero_stage`` overrides DeepSpeed's ZeRO stage; other engines ignore it.
     """
-    o = cfg.optim
-    if cfg.engine == "deepspeed":
-        stage = o.zero if zero_stage is None else zero_stage
-        if stage not in (0, 1, 2, 3):
-            raise ValueError(f"ZeRO stage must be 0-3, got {stage}")
-        return Sharding(weights=stage >= 3, grads=stage >= 2, optimizer=stage >= 1)
-    if o.fsdp:
-        return Sharding(weights=True, grads=True, optimizer=True)
-    return Sharding(optimizer=o.dist_optimizer)
+    return engine_spec(cfg.engine).sharding(cfg, zero_stage)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -445,13 +411,6 @@ def fit_refusal(est: MemoryEstimate) -> str | None:
         f"{_gib(est.capacity_bytes)} {est.capacity_source}; {fix}, or pass --force to run "
         "anyway"
     )
-
-
-def ensure_fits(est: MemoryEstimate) -> None:
-    """Raise :class:`KitInputError` when ``est`` is predicted not to fit its capacity."""
-    reason = fit_refusal(est)
-    if reason is not None:
-        raise KitInputError(reason)
 
 
 def predicted_oom(cfg: RunConfig, zero_stage: int | None = None) -> str | None:

@@ -6,7 +6,8 @@ from typing import Any
 from tabulate import tabulate
 
 from kit.analysis.flops import model_flops_per_step, params_count
-from kit.analysis.memory import GIB, MemoryEstimate, fit_refusal
+from kit.engines import engine_spec
+from kit.plan.memory import GIB, MemoryEstimate, fit_refusal
 from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
 from kit.spec.run import RunConfig
 
@@ -74,9 +75,7 @@ def resolved_summary(cfg: RunConfig) -> str:
         ["batch", f"micro {cfg.micro_batch_size} x accum {cfg.grad_accum_steps} x dp {p.dp} "
                   f"= global {cfg.global_batch_size} ({cfg.tokens_per_step} tokens)"],
         ["optimizations", f"recompute={o.recompute} overlap={o.overlap} "
-                          f"dist_optimizer={o.dist_optimizer} fsdp={o.fsdp}"
-                          + (f" zero={o.zero} offload={o.offload}"
-                             if cfg.engine == "deepspeed" else "")],
+                          + engine_spec(cfg.engine).options_summary(cfg)],
         ["dtype", cfg.dtype],
         ["steps", f"{cfg.warmup} warmup + {cfg.steps} measured"],
         ["parameters", f"{params_count(cfg.workload):,}"],

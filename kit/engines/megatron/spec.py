@@ -1,0 +1,78 @@
+"""What the megatron engine can run where, and what it costs, known before any rank starts."""
+
+from kit.engines.megatron import adapter
+from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
+from kit.spec.run import ParallelConfig, RunConfig
+
+
+class MegatronSpec(EngineSpec):
+    """megatron-core: TP, PP (with virtual stages), CP, EP, SP, its DDP, distributed optimizer
+    and Megatron-FSDP. A dependency of the kit itself, so nothing extra to install."""
+
+    name = "megatron"
+    options = {
+        "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
+        "fsdp": "--fsdp is megatron's; with --engine deepspeed use --zero 3",
+    }
+
+    def violations(self, cfg: RunConfig) -> list[str]:
+        out: list[str] = []
+        p, o = cfg.parallel, cfg.optim
+        if cfg.workload.is_moe and p.tp > 1 and not p.sp:
+            out.append("a mixture-of-experts workload with --tp > 1 needs --sp: megatron-core "
+                       "requires sequence parallelism for MoE layers under tensor parallelism")
+        if o.fsdp and o.dist_optimizer:
+            out.append("--fsdp and --dist-optimizer are exclusive (FSDP already shards the "
+                       "optimizer)")
+        if o.fsdp:
+            out.extend(_megatron_fsdp_violations(cfg))
+        return out
+
+    def bytes_per_parameter(self, cfg: RunConfig) -> BytesPerParameter:
+        # bf16 params, fp32 main_grad buffer (grad_reduce_in_fp32=True in
+        # kit/engines/megatron/engine.py), fp32 master params + exp_avg + exp_avg_sq.
+        return BytesPerParameter(weights=2, grads=4, optimizer=12)
+
+    def sharding(self, cfg: RunConfig, zero_stage: int | None = None) -> Sharding:
+        if cfg.optim.fsdp:
+            return Sharding(weights=True, grads=True, optimizer=True)
+        return Sharding(optimizer=cfg.optim.dist_optimizer)
+
+    def placement(self, parallel: ParallelConfig, rank: int) -> dict[str, int]:
+        """megatron-core's default ``order="tp-cp-ep-dp-pp"``: tensor-parallel ranks adjacent,
+        then context, then data, pipeline stages slowest; expert groups use the same order with
+        the expert tensor-parallel size (= tp by default) and no context parallelism."""
+        p = parallel
+        return {
+            "tp_rank": rank % p.tp,
+            "cp_rank": (rank // p.tp) % p.cp,
+            "dp_rank": (rank // (p.tp * p.cp)) % p.dp,
+            "pp_rank": rank // (p.tp * p.cp * p.dp),
+            "ep_rank": (rank // p.tp) % p.ep,
+        }
+
+    def build(self):  # type: ignore[no-untyped-def]
+        from kit.engines.megatron.engine import MegatronEngine
+
+        return MegatronEngine()
+
+    def options_summary(self, cfg: RunConfig) -> str:
+        return f"dist_optimizer={cfg.optim.dist_optimizer} fsdp={cfg.optim.fsdp}"
+
+
+def _megatron_fsdp_violations(cfg: RunConfig) -> list[str]:
+    """Layouts megatron-core's Megatron-FSDP (``--fsdp``) cannot train correctly."""
+    p = cfg.parallel
+    out: list[str] = []
+    if p.pp > 1:
+        out.append("--fsdp needs --pp 1: megatron-core's Megatron-FSDP lays its device mesh "
+                   "over all ranks as data x tensor parallel, with no pipeline dimension")
+    groups = {"data-parallel": p.dp}
+    if cfg.workload.is_moe:
+        groups["expert data-parallel"] = p.dp * p.cp // p.ep
+    for name, size in groups.items():
+        flaw = adapter.megatron_fsdp_one_rank_group_flaw(p.dp) if size == 1 else None
+        if flaw:
+            out.append(f"--fsdp over {name} groups of one rank trains wrongly: {flaw}; "
+                       "raise --dp (or lower --ep) so each group has 2 or more ranks")
+    return out

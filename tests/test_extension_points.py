@@ -1,0 +1,101 @@
+"""The run's options have one source, and a new engine is one spec plus one registry line.
+
+The run command's options are generated from RunRequest (kit.cli_options); these tests check
+the generated command against the model, and register a toy engine to show what the kit then
+does with it without any other change: resolve, refuse layouts and another engine's options,
+estimate memory, place ranks, and describe it in the dry-run table.
+"""
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from kit.cli import cli
+from kit.engines import ENGINES, register_engine
+from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
+from kit.errors import KitInputError
+from kit.plan import plan_run
+from kit.spec.resolve import RunRequest
+from kit.spec.run import ParallelConfig, RunConfig
+
+from .conftest import REPO
+
+RUN_ONLY = {"out", "dry_run", "force", "as_json"}  # options of the command, not of the run
+
+
+def run_options() -> dict[str, click.Option]:
+    return {p.name: p for p in cli.commands["run"].params if isinstance(p, click.Option)}
+
+
+def test_every_run_request_field_is_one_documented_run_option():
+    options = run_options()
+    fields = RunRequest.model_fields
+    assert set(options) - RUN_ONLY == set(fields) - {"workload"}
+    for name, info in fields.items():
+        assert info.description, f"RunRequest.{name} has no description"
+        if name == "workload":
+            continue
+        opt = options[name]
+        assert opt.help == info.description
+        assert (opt.default or None) == (info.default or None), name
+    assert run_options()["micro_batch_size"].opts == ["--micro-batch"]
+    assert run_options()["zero"].type.min == 0 and run_options()["zero"].type.max == 3
+
+
+def test_the_sweep_doc_names_every_run_field():
+    doc = (REPO / "docs" / "sweeps.md").read_text()
+    fields = doc[doc.index("**Run fields.**"):doc.index("**Constraints.**")]
+    assert [f for f in RunRequest.model_fields if f"`{f}`" not in fields] == []
+
+
+class ToySpec(EngineSpec):
+    """A made-up engine: data parallelism only, fp32 states, nothing sharded."""
+
+    name = "toy"
+
+    def violations(self, cfg: RunConfig) -> list[str]:
+        return ["the toy engine has no tensor parallelism"] if cfg.parallel.tp > 1 else []
+
+    def bytes_per_parameter(self, cfg: RunConfig) -> BytesPerParameter:
+        return BytesPerParameter(weights=4, grads=4, optimizer=8)
+
+    def sharding(self, cfg: RunConfig, zero_stage: int | None = None) -> Sharding:
+        return Sharding()
+
+    def placement(self, parallel: ParallelConfig, rank: int) -> dict[str, int]:
+        return {"tp_rank": 0, "cp_rank": 0, "dp_rank": rank, "pp_rank": 0, "ep_rank": 0}
+
+    def build(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("a toy engine does not train")
+
+    def options_summary(self, cfg: RunConfig) -> str:
+        return "toy-options"
+
+
+@pytest.fixture
+def toy_engine():
+    register_engine(ToySpec())
+    yield ENGINES["toy"]
+    del ENGINES["toy"]
+
+
+def test_a_registered_engine_is_resolved_checked_estimated_and_shown(toy_engine):
+    plan = plan_run(RunRequest(workload="gpt3-tiny", platform="cpu", engine="toy", dp=2),
+                    require_present=False)
+    assert plan.cfg.engine == "toy" and plan.memory.required_bytes > 0
+    with pytest.raises(KitInputError, match="the toy engine has no tensor parallelism"):
+        plan_run(RunRequest(workload="gpt3-tiny", platform="cpu", engine="toy", tp=2), False)
+    with pytest.raises(KitInputError, match="--zero is a DeepSpeed stage"):
+        plan_run(RunRequest(workload="gpt3-tiny", platform="cpu", engine="toy", zero=1), False)
+    assert toy_engine.placement(plan.cfg.parallel, 1)["dp_rank"] == 1
+    r = CliRunner().invoke(cli, ["run", "gpt3-tiny", "--platform", "cpu", "--engine", "toy",
+                                 "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "toy" in r.output and "toy-options" in r.output
+
+
+def test_an_unregistered_engine_is_one_line_naming_the_registered_ones():
+    r = CliRunner().invoke(cli, ["run", "gpt3-tiny", "--platform", "cpu", "--engine", "tytan",
+                                 "--dry-run"])
+    assert isinstance(r.exception, KitInputError)
+    assert str(r.exception) == "unknown engine 'tytan'; known: deepspeed, megatron"
