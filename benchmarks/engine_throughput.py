@@ -11,7 +11,7 @@ Measures, on the same model shape and batch:
 
 TFLOP/s use the kit's Megatron-LM formula (``kit.analysis.flops``), MFU the platform's dense
 bf16 peak. Prints a table and, with ``--json``, writes the figures. ``--kit-variants`` adds
-runs of the kit engine with a subset of its speed features (``CHARLLM_SPEED``), to show what
+runs of the kit engine with a subset of its speed features (the run's ``--speed``), to show what
 each one buys.
 
     python benchmarks/engine_throughput.py --json out.json
@@ -134,27 +134,22 @@ def torch_reference(w: WorkloadSpec, micro: int, accum: int, warmup: int, steps:
 
 
 @contextlib.contextmanager
-def _speed(features: str | None, stock_spec: bool = False) -> Iterator[None]:
-    """Run the kit engine with ``CHARLLM_SPEED=features`` (and megatron's stock local spec)."""
-    old_env, old_spec = os.environ.get("CHARLLM_SPEED"), kit_model.layer_spec
-    if features is not None:
-        os.environ["CHARLLM_SPEED"] = features
-    if stock_spec:
+def _stock_spec(stock: bool) -> Iterator[None]:
+    """Run the kit engine with megatron's stock local layer spec when ``stock``."""
+    old_spec = kit_model.layer_spec
+    if stock:
         kit_model.layer_spec = lambda cfg: adapter.local_layer_spec(
             cfg.workload.num_experts, rms_norm=cfg.workload.normalization == "rmsnorm")
     try:
         yield
     finally:
         kit_model.layer_spec = old_spec
-        if old_env is None:
-            os.environ.pop("CHARLLM_SPEED", None)
-        else:
-            os.environ["CHARLLM_SPEED"] = old_env
 
 
-def kit_engine(req: RunRequest) -> dict:
-    """Seconds per step and peak memory of the kit's megatron engine (one rank)."""
-    cfg = resolve(req, require_present=True)
+def kit_engine(req: RunRequest, speed: str | None = None) -> dict:
+    """Seconds per step and peak memory of the kit's megatron engine (one rank) with the speed
+    features ``speed`` (the run's ``--speed``; None: the default set)."""
+    cfg = resolve(req.model_copy(update={"speed": speed}), require_present=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -185,7 +180,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--only", default="gemm,torch_ref,mcore_local,kit")
     parser.add_argument("--kit-variants", default="",
-                        help="';'-separated CHARLLM_SPEED values measured besides the kit default")
+                        help="';'-separated --speed values measured besides the kit default")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
 
@@ -205,10 +200,9 @@ def main() -> None:
 
     rows: dict[str, dict] = {}
 
-    def measure(name: str, fn: Callable[[], dict], features: str | None = None,
-                stock_spec: bool = False) -> None:
+    def measure(name: str, fn: Callable[[], dict], stock_spec: bool = False) -> None:
         """Run one measurement, print its line at once; out of memory is a result too."""
-        with fresh_memory(), _speed(features, stock_spec):
+        with fresh_memory(), _stock_spec(stock_spec):
             try:
                 row = fn()
             except torch.OutOfMemoryError:
@@ -240,9 +234,9 @@ def main() -> None:
     if "kit" in only:
         measure("kit", lambda: kit_engine(req))
     for variant in filter(None, args.kit_variants.split(";")):
-        measure(f"kit[{variant}]", lambda: kit_engine(req), features=variant)
+        measure(f"kit[{variant}]", lambda: kit_engine(req, variant))
     if "mcore_local" in only:
-        measure("mcore_local", lambda: kit_engine(req), features="none", stock_spec=True)
+        measure("mcore_local", lambda: kit_engine(req, "none"), stock_spec=True)
     if "kit" in rows and "tflops" in rows["kit"]:
         for name, row in rows.items():
             if name != "kit" and "tflops" in row:

@@ -51,6 +51,8 @@ def model_options(
             flag = str(extra.get("cli", "--" + name.replace("_", "-")))
             kwargs: dict[str, Any] = {"help": info.description}
             if info.annotation is bool:
+                if info.default:  # on unless switched off
+                    flag = f"{flag}/--no-{flag.removeprefix('--')}"
                 kwargs.update(is_flag=True, default=bool(info.default))
             else:
                 kwargs.update(type=_option_type(info),

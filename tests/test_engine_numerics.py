@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from kit.errors import KitInputError
 from kit.spec.resolve import RunRequest, resolve
 
 from .conftest import bundle_path
@@ -47,7 +48,7 @@ def test_a_tiny_model_learns(cli, tmp_path):
     assert last < first - 0.15, losses
 
 
-def test_speed_features_are_gpu_only_and_checked(monkeypatch):
+def test_speed_features_are_gpu_only_and_checked():
     from kit.engines.megatron import speed
 
     cpu = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
@@ -60,13 +61,16 @@ def test_speed_features_are_gpu_only_and_checked(monkeypatch):
     fsdp = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True))
     assert speed.enabled(fsdp) == speed.DEFAULT - {"wgrad_fusion"}
     assert "gradient_accumulation_fusion" not in speed.config_kwargs(fsdp, speed.enabled(fsdp))
-    monkeypatch.setenv("CHARLLM_SPEED", "wgrad_fusion,fused_adam")
-    assert speed.enabled(fsdp) == {"fused_adam"}  # megatron-core's FSDP refuses it without TE
-    monkeypatch.setenv("CHARLLM_SPEED", "none")
-    assert speed.enabled(h100) == frozenset()
-    monkeypatch.setenv("CHARLLM_SPEED", "fusions,warp")
-    with pytest.raises(ValueError, match="warp"):
-        speed.enabled(h100)
+    chosen = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True,
+                                speed="wgrad_fusion,fused_adam"))
+    assert speed.enabled(chosen) == {"fused_adam"}  # megatron-core's FSDP refuses it without TE
+    assert speed.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform="h100",
+                                            speed="none"))) == frozenset()
+    with pytest.raises(KitInputError, match="--speed: unknown feature.s. warp; known: fusions"):
+        resolve(RunRequest(workload="gpt3-1.3b", platform="h100", speed="fusions,warp"))
+    with pytest.raises(KitInputError, match="--speed picks the megatron engine's"):
+        resolve(RunRequest(workload="gpt3-1.3b", platform="h100", engine="deepspeed",
+                           speed="none"))
 
 
 def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():

@@ -55,9 +55,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--what", default="kit,torch_ref")
     parser.add_argument("--workload", default="gpt3-1.3b")
+    parser.add_argument("--speed", help="the kit engine's speed features (run's --speed)")
     args = parser.parse_args()
     req = RunRequest(workload=args.workload, platform=detect_platform().name,
-                     micro_batch_size=4, global_batch_size=16, telemetry_interval_ms=0)
+                     micro_batch_size=4, global_batch_size=16, telemetry_interval_ms=0,
+                     speed=args.speed)
     cfg = resolve(req, require_present=True)
     if "kit" in args.what:
         with socket.socket() as s:
@@ -67,7 +69,7 @@ def main() -> None:
         engine = MegatronEngine()
         engine.setup(cfg, 0, 0, 1)
         counter = iter(range(10**9))
-        _profile(f"kit ({os.environ.get('CHARLLM_SPEED', 'default')})",
+        _profile(f"kit ({args.speed or 'default'})",
                  lambda: engine.train_step(next(counter)))
         engine.teardown()
         del engine

@@ -72,7 +72,7 @@ def _stage_table(per_rank: list[dict[str, Any]]) -> str | None:
     )
     note = "seconds per measured step, mean over the stage's ranks"
     if not timed:
-        note += "; phases not timed (a CUDA-graphed step, or CHARLLM_PHASE_TIMERS=0)"
+        note += "; phases not timed (a CUDA-graphed step, or --no-phase-timers)"
     return f"{table}\n({note})"
 
 

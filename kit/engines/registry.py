@@ -99,7 +99,7 @@ def foreign_options(engine: str, given: dict[str, object]) -> list[str]:
     """Messages for options in ``given`` (field -> value, defaults left out) that belong to an
     engine other than ``engine``."""
     return [message for name, spec in ENGINES.items() if name != engine
-            for option, message in spec.options.items() if given.get(option)]
+            for option, message in spec.options.items() if option in given]
 
 
 def engine_spec(name: str) -> EngineSpec:

@@ -57,7 +57,9 @@ class PlatformSpec(BaseModel):
     )
     dtype: Dtype = Field(description="Training dtype on this platform.")
     interconnects: list[Interconnect] = Field(default_factory=list)
-    comm_backend: Literal["gloo", "nccl", "rccl"] = Field(description="torch.distributed backend.")
+    comm_backend: Literal["gloo", "nccl", "rccl"] = Field(
+        description="Collective library the ranks use (rccl: ROCm's, behind torch's nccl "
+        "backend name).")
     telemetry: list[Literal["nvml", "amdsmi", "zeus", "host", "replay"]] = Field(
         description="Telemetry backends to try, in order of preference."
     )
@@ -74,6 +76,12 @@ class PlatformSpec(BaseModel):
         default_factory=dict,
         description="Workloads that do not fit this platform, by name, and how to scale them.",
     )
+
+    @property
+    def torch_backend(self) -> str:
+        """The ``torch.distributed`` backend name for :attr:`comm_backend` (ROCm builds of
+        torch serve RCCL as ``nccl``)."""
+        return "nccl" if self.comm_backend == "rccl" else self.comm_backend
 
     @property
     def is_cpu(self) -> bool:

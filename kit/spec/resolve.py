@@ -74,6 +74,13 @@ class RunRequest(BaseModel):
         20, ge=0, description="Telemetry sampling period in ms; 0 turns telemetry off.")
     profile: bool = Field(False, description="Record a kernel profile of one step.")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
+    speed: str | None = Field(
+        None, description="megatron on GPUs: speed features, comma-separated (fusions, "
+        "wgrad_fusion, cross_entropy, cuda_graph, fused_adam, foreach_optim, compile) or none "
+        "(default: those measured to pay on the platform).")
+    phase_timers: bool = Field(
+        True, description="megatron: time each step's forward, backward, pipeline p2p, grad "
+        "sync and optimizer (off: measure the step without the timers' synchronizations).")
 
 
 def apply_scaling(
@@ -181,6 +188,9 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         telemetry_interval_ms=req.telemetry_interval_ms,
         profile=req.profile,
         seed=req.seed,
+        speed=None if req.speed is None else [f for f in req.speed.split(",")
+                                              if f.strip() and f.strip() != "none"],
+        phase_timers=req.phase_timers,
     )
     from kit.engines import engine_spec, foreign_options
 

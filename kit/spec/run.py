@@ -89,6 +89,9 @@ class RunConfig(BaseModel):
     profile: bool = Field(False, description="Record a kernel profile of the last warmup step.")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
+    speed: list[str] | None = Field(
+        None, description="megatron's GPU speed features; null = the platform's default set.")
+    phase_timers: bool = Field(True, description="megatron: per-phase step timers on.")
 
     @property
     def world_size(self) -> int:

@@ -53,7 +53,7 @@ class DeepSpeedEngine(Engine):
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
         deepspeed.init_distributed(
-            dist_backend="gloo" if cpu else "nccl",
+            dist_backend=cfg.platform.torch_backend,
             auto_mpi_discovery=False,
             rank=rank,
             world_size=world_size,

@@ -87,7 +87,7 @@ class MegatronEngine(Engine):
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
         dist.init_process_group(
-            backend="gloo" if cpu else "nccl",
+            backend=cfg.platform.torch_backend,
             rank=rank,
             world_size=world_size,
             **({} if cpu else {"device_id": self.device}),
@@ -123,7 +123,7 @@ class MegatronEngine(Engine):
             self._speed_notes.append(
                 f"cuda_graph off: {', '.join(speed.graph_blockers(cfg))} keep(s) the eager step")
         # per-phase timers, except in a graphed step (no Python runs there) or when switched off
-        timed = os.environ.get("CHARLLM_PHASE_TIMERS", "1") != "0" and not graph
+        timed = cfg.phase_timers and not graph
         self._phases = PhaseTimers(self.config, cuda=not cpu) if timed else None
 
         self.data = SyntheticTokens(

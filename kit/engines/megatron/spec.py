@@ -5,6 +5,12 @@ from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.spec.run import ParallelConfig, RunConfig
 
 
+SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
+                  "foreach_optim", "compile")
+"""GPU speed features (kit.engines.megatron.speed); all but ``compile`` are on by default on
+NVIDIA GPUs (each measured to pay)."""
+
+
 class MegatronSpec(EngineSpec):
     """megatron-core: TP, PP (with virtual stages), CP, EP, SP, its DDP, distributed optimizer
     and Megatron-FSDP. A dependency of the kit itself, so nothing extra to install."""
@@ -13,6 +19,9 @@ class MegatronSpec(EngineSpec):
     options = {
         "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
         "fsdp": "--fsdp is megatron's; with --engine deepspeed use --zero 3",
+        "speed": "--speed picks the megatron engine's GPU speed features; use --engine megatron",
+        "phase_timers": "--no-phase-timers switches off the megatron engine's phase timers; "
+                        "use --engine megatron",
     }
 
     def violations(self, cfg: RunConfig) -> list[str]:
@@ -21,6 +30,10 @@ class MegatronSpec(EngineSpec):
         if cfg.workload.is_moe and p.tp > 1 and not p.sp:
             out.append("a mixture-of-experts workload with --tp > 1 needs --sp: megatron-core "
                        "requires sequence parallelism for MoE layers under tensor parallelism")
+        unknown = sorted(set(cfg.speed or ()) - set(SPEED_FEATURES))
+        if unknown:
+            out.append(f"--speed: unknown feature(s) {', '.join(unknown)}; known: "
+                       f"{', '.join(SPEED_FEATURES)} (or none)")
         if o.fsdp and o.dist_optimizer:
             out.append("--fsdp and --dist-optimizer are exclusive (FSDP already shards the "
                        "optimizer)")

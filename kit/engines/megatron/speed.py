@@ -16,16 +16,12 @@ available but off by default: on megatron-core's layers it hits graph breaks and
 slower (see ``benchmarks/results/engine_throughput-*.txt``).
 """
 
-import os
 from typing import Any
 
 import torch
 
+from kit.engines.megatron.spec import SPEED_FEATURES as FEATURES
 from kit.spec.run import RunConfig
-
-FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
-            "foreach_optim", "compile")
-"""Speed features; all but ``compile`` are on by default on NVIDIA GPUs (each measured to pay)."""
 
 DEFAULT = frozenset(FEATURES) - {"compile"}
 
@@ -44,21 +40,16 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
     """The speed features for ``cfg``.
 
     :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD, none on CPU, less
-    :data:`NOT_WITH_FSDP` under ``--fsdp``. ``CHARLLM_SPEED``
-    (comma-separated subset of :data:`FEATURES`, or ``none``) overrides the default, for
-    measuring what each feature buys.
+    :data:`NOT_WITH_FSDP` under ``--fsdp``. The run's ``--speed`` (a subset of
+    :data:`~kit.engines.megatron.spec.SPEED_FEATURES`, checked by the spec, or ``none``)
+    overrides the default, for measuring what each feature buys.
     """
     if cfg.platform.is_cpu:
         return frozenset()
-    env = os.environ.get("CHARLLM_SPEED")
-    if env is None:
+    if cfg.speed is None:
         chosen = DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
     else:
-        chosen = frozenset(f for f in env.split(",") if f and f != "none")
-        unknown = chosen - set(FEATURES)
-        if unknown:
-            raise ValueError(
-                f"CHARLLM_SPEED: unknown feature(s) {sorted(unknown)}; known: {FEATURES}")
+        chosen = frozenset(cfg.speed)
     return chosen - NOT_WITH_FSDP if cfg.optim.fsdp else chosen
 
 
