@@ -4,7 +4,6 @@ from kit.engines.megatron import adapter
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.spec.run import ParallelConfig, RunConfig
 
-
 SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
                   "foreach_optim", "compile")
 """GPU speed features (kit.engines.megatron.speed); all but ``compile`` are on by default on
