@@ -1,7 +1,7 @@
 """Human-readable tables for the CLI: workloads, platforms, dry runs and run summaries."""
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
@@ -10,6 +10,9 @@ from kit.engines import engine_spec
 from kit.plan.memory import GIB, MemoryEstimate, fit_refusal
 from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
 from kit.spec.run import RunConfig
+
+if TYPE_CHECKING:
+    from kit.launch.session import SessionResult
 
 
 def fmt(value: Any, unit: str = "", digits: int = 3) -> str:
@@ -150,7 +153,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     return tabulate(rows, tablefmt="simple", headers=["metric", "value"])
 
 
-def print_summary(result: Any) -> None:
+def print_summary(result: "SessionResult") -> None:
     """Print a finished run's status and summary table (the bundle path follows)."""
     print(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
     print(summary_table(result.summary))

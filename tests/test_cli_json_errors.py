@@ -9,7 +9,7 @@ import pytest
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("args, needle", [
     (["run", "gpt3-tiny", "--steps", "0", "--json"], "Invalid value for '--steps'"),
-    (["run", "gpt3-tiny", "--json", "--engine", "nope"], "Invalid value for '--engine'"),
+    (["run", "gpt3-tiny", "--json", "--engine", "nope"], "unknown engine 'nope'; known:"),
     (["run", "gpt3-tiny", "--bogus", "--json"], "No such option '--bogus'"),
     (["run", "--json"], "Missing argument 'WORKLOAD'"),
     (["run", "nonesuch", "--json"], "unknown workload 'nonesuch'"),

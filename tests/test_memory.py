@@ -349,9 +349,9 @@ def test_estimate_matches_recorded_gpu_runs(bundle, tolerance):
     # Each rank's torch.cuda.max_memory_allocated against the estimate's allocated bytes (no
     # framework overhead) for that rank's stage.
     b = read_bundle(bundle)
-    cfg = RunConfig.model_validate(b.manifest["config"])
+    cfg = RunConfig.model_validate(b.manifest.config)
     assert not cfg.platform.is_cpu
     est = estimate_memory(cfg)
-    for rank in b.metrics["per_rank"]:
+    for rank in b.metrics.per_rank:
         predicted = est.stages[rank["pp_rank"]].allocated_bytes
         assert predicted == pytest.approx(rank["mem_peak_bytes"], rel=tolerance), rank

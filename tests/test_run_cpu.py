@@ -46,17 +46,17 @@ def test_tp2_trains_and_writes_a_verifiable_bundle(tp2_bundle):
     assert "step 5/5" in r.stderr  # progress was shown
     verify_bundle(bundle)
     b = read_bundle(bundle)
-    assert b.manifest["status"] == "ok" and b.manifest["error"] is None
-    assert set(b.metrics["summary"]) == set(SUMMARY_KEYS)
-    s = b.metrics["summary"]
+    assert b.manifest.status == "ok" and b.manifest.error is None
+    assert set(b.metrics.summary) == set(SUMMARY_KEYS)
+    s = b.metrics.summary
     assert s["world_size"] == 2 and s["step_time_s"] > 0 and s["tokens_per_s"] > 0
     assert s["tflops_per_gpu"] > 0 and s["mfu"] is None  # the cpu platform declares no peak
     assert s["power_w_mean"] is None  # no RAPL here, and never a made-up zero
-    src = b.manifest["telemetry_sources"]
-    assert src["cpu_util_pct"]["source"] == "host" and src["power_w"]["source"] is None
-    assert src["power_w"]["reason"]
-    assert [rk["tp_rank"] for rk in b.manifest["ranks"]] == [0, 1]
-    assert b.manifest["inventory"][0]["engine_versions"]["megatron-core"].startswith("0.")
+    src = b.manifest.telemetry_sources
+    assert src["cpu_util_pct"].source == "host" and src["power_w"].source is None
+    assert src["power_w"].reason
+    assert [rk.tp_rank for rk in b.manifest.ranks] == [0, 1]
+    assert b.manifest.inventory[0].engine_versions["megatron-core"].startswith("0.")
 
 
 def test_tp_ranks_report_identical_losses(tp2_bundle):

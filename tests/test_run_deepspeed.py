@@ -53,13 +53,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 def test_zero_stages_write_complete_bundles(runs):
     for name in ("zero1", "zero2_offload", "zero3"):
         b = read_bundle(runs[name])
-        assert b.manifest["status"] == "ok", name
-        assert b.manifest["config"]["engine"] == "deepspeed"
-        assert b.manifest["inventory"][0]["engine_versions"]["deepspeed"].startswith("0.")
-        assert [r["dp_rank"] for r in b.manifest["ranks"]] == [0, 1]
-        assert b.metrics["summary"]["world_size"] == 2
-        assert b.metrics["summary"]["step_time_s"] > 0
-    notes = read_bundle(runs["zero2_offload"]).metrics["notes"]
+        assert b.manifest.status == "ok", name
+        assert b.manifest.config["engine"] == "deepspeed"
+        assert b.manifest.inventory[0].engine_versions["deepspeed"].startswith("0.")
+        assert [r.dp_rank for r in b.manifest.ranks] == [0, 1]
+        assert b.metrics.summary["world_size"] == 2
+        assert b.metrics.summary["step_time_s"] > 0
+    notes = read_bundle(runs["zero2_offload"]).metrics.notes
     assert any("ZeRO stage 2, optimizer offloaded to the host" in n for n in notes)
 
 

@@ -70,13 +70,13 @@ def _differs(kind: str, what: str, bundles: list[Bundle],
 
 
 def _architecture(bundle: Bundle) -> dict[str, Any]:
-    return {k: v for k, v in bundle.manifest["workload"].items() if k not in _NOT_ARCHITECTURE}
+    return {k: v for k, v in bundle.manifest.workload.items() if k not in _NOT_ARCHITECTURE}
 
 
 def _workload_checks(bundles: list[Bundle]) -> list[Check]:
     """Different architectures (naming the fields) or names; every scaled variant's rule."""
     checks = []
-    arch = {b.manifest["workload"]["name"]: _architecture(b) for b in bundles}
+    arch = {b.manifest.workload["name"]: _architecture(b) for b in bundles}
     fields = sorted({k for a in arch.values() for k in a
                      if len({repr(x.get(k)) for x in arch.values()}) > 1})
     if fields:
@@ -90,7 +90,7 @@ def _workload_checks(bundles: list[Bundle]) -> list[Check]:
                                         + ", ".join(arch)))
     seen = set()
     for b in bundles:
-        scaling, name = b.manifest["workload"].get("scaling"), b.manifest["workload"]["name"]
+        scaling, name = b.manifest.workload.get("scaling"), b.manifest.workload["name"]
         if not scaling or name in seen:
             continue
         seen.add(name)
@@ -101,7 +101,7 @@ def _workload_checks(bundles: list[Bundle]) -> list[Check]:
             "scaled",
             f"{name} is a scaled variant of {original.get('name', '?')} by the "
             f"{scaling.get('platform', '?')} platform rule ({changes}: {rule.get('reason', '')}); "
-            f"bundles: {_names([x for x in bundles if x.manifest['workload']['name'] == name])}",
+            f"bundles: {_names([x for x in bundles if x.manifest.workload['name'] == name])}",
         ))
     return checks
 
@@ -109,11 +109,11 @@ def _workload_checks(bundles: list[Bundle]) -> list[Check]:
 def energy_source(bundle: Bundle) -> str | None:
     """``counter``, ``integrated power`` or ``mixed``: where the run's energy came from."""
     metrics = bundle.metrics
-    if metrics["summary"].get("energy_j_per_token") is None:
+    if metrics.summary.get("energy_j_per_token") is None:
         return None
-    source = (metrics.get("power") or {}).get("energy_source")
+    source = metrics.power.get("energy_source")
     if source is None:  # bundles written before metrics.json had a 'power' section
-        source = next((n.split(":", 1)[1].strip() for n in metrics.get("notes", [])
+        source = next((n.split(":", 1)[1].strip() for n in metrics.notes
                        if n.startswith("energy:")), None)
     if source is None:
         return "unrecorded"
@@ -122,11 +122,11 @@ def energy_source(bundle: Bundle) -> str | None:
 
 def power_source(bundle: Bundle) -> str | None:
     """The backend that fed the run's power: GPU ``power_w``, else host ``cpu_power_w``."""
-    if bundle.metrics["summary"].get("power_w_mean") is None:
+    if bundle.metrics.summary.get("power_w_mean") is None:
         return None
-    sources = bundle.manifest["telemetry_sources"]
+    sources = bundle.manifest.telemetry_sources
     for name in ("power_w", "cpu_power_w"):
-        src = (sources.get(name) or {}).get("source")
+        src = s.source if (s := sources.get(name)) else None
         if src:
             return f"{src} {name}"
     return "unrecorded"
@@ -137,14 +137,14 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
     checks = []
     for b in bundles:
         m = b.manifest
-        if m["status"] != "ok":
-            error = shorten((m["error"] or "no error recorded").splitlines()[0], _ERROR_WIDTH)
-            checks.append(Check("status", f"{b.path.name} ({m['workload']['name']}) ended "
-                                          f"{m['status']}: {error}; its figures cover a partial "
+        if m.status != "ok":
+            error = shorten((m.error or "no error recorded").splitlines()[0], _ERROR_WIDTH)
+            checks.append(Check("status", f"{b.path.name} ({m.workload['name']}) ended "
+                                          f"{m.status}: {error}; its figures cover a partial "
                                           "run and are kept apart from successful repeats"))
             continue
-        asked = m["config"].get("steps")
-        done = [r.get("measured_steps") for r in b.metrics.get("per_rank", [])]
+        asked = m.config.get("steps")
+        done = [r.get("measured_steps") for r in b.metrics.per_rank]
         done = [d for d in done if isinstance(d, int)]
         if asked and done and min(done) < asked:
             checks.append(Check("partial", f"{b.path.name} ended ok but measured {min(done)} of "
@@ -163,11 +163,11 @@ def _unverified_checks(bundles: list[Bundle]) -> list[Check]:
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
     def config(key: str) -> Callable[[Bundle], Any]:
-        return lambda b: b.manifest["config"].get(key)
+        return lambda b: b.manifest.config.get(key)
 
     def platform(b: Bundle) -> str:
-        p = b.manifest["platform"]
-        dtype = b.manifest["config"]["dtype"]
+        p = b.manifest.platform
+        dtype = b.manifest.config["dtype"]
         peak = p["peak_tflops"].get(dtype)
         return f"{p['name']} ({p.get('device_name')}, " + (
             f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
@@ -181,10 +181,10 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
         *_differs("batch", "global batch", bundles, config("global_batch_size")),
         *_differs("batch", "micro-batch", bundles, config("micro_batch_size")),
         *_differs("sequence", "sequence length", bundles,
-                  lambda b: b.manifest["workload"].get("seq_length")),
+                  lambda b: b.manifest.workload.get("seq_length")),
         *_differs("telemetry", "energy sources", bundles, energy_source),
         *_differs("telemetry", "power sources", bundles, power_source),
         *_differs("schema", "bundle schema versions", bundles,
-                  lambda b: b.manifest["schema_version"]),
+                  lambda b: b.manifest.schema_version),
         *_status_checks(bundles),
     ]

@@ -19,7 +19,7 @@ from typing import Any
 
 from kit.analysis.comparability import Check, comparability_checks
 from kit.bundle.reader import Bundle
-from kit.bundle.schema import THROTTLE_BITS
+from kit.bundle.schema import THROTTLE_BITS, Manifest
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
 
@@ -59,12 +59,12 @@ def metric_value(bundle: Bundle, key: str) -> float | None:
     """One metric of a bundle by its :class:`MetricRow` key; None when not recorded."""
     metrics = bundle.metrics
     if key.startswith("power."):
-        value = metrics.get("power", {}).get(key.removeprefix("power."))
+        value = metrics.power.get(key.removeprefix("power."))
     elif key.startswith("throttle_frac_by_reason."):
-        by_reason = metrics.get("power", {}).get("throttle_frac_by_reason") or {}
+        by_reason = metrics.power.get("throttle_frac_by_reason") or {}
         value = by_reason.get(key.split(".", 1)[1])
     else:
-        value = metrics["summary"].get(key)
+        value = metrics.summary.get(key)
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -85,11 +85,11 @@ def layout_label(config: dict[str, Any]) -> str:
 
 def _group_key(bundle: Bundle) -> str:
     """What makes two runs repeats of each other (module docstring), as a string."""
-    m, c = bundle.manifest, bundle.manifest["config"]
+    m, c = bundle.manifest, bundle.manifest.config
     return json.dumps(
-        [m["workload"]["name"], m["platform"]["name"], c["engine"], c["nodes"],
+        [m.workload["name"], m.platform["name"], c["engine"], c["nodes"],
          c["parallel"], c.get("optim"), c["micro_batch_size"], c["global_batch_size"],
-         c["dtype"], m["status"], bundle.verification_error is None],
+         c["dtype"], m.status, bundle.verification_error is None],
         sort_keys=True,
     )
 
@@ -123,14 +123,14 @@ class Group:
     values: dict[str, Aggregate] = field(default_factory=dict)
 
     @property
-    def first(self) -> dict[str, Any]:
+    def first(self) -> Manifest:
         """The first run's manifest (all runs of a group share its configuration)."""
         return self.bundles[0].manifest
 
     @property
     def status(self) -> str:
         """``ok``, or the shared status of the group's runs that did not end ok."""
-        return self.first["status"]
+        return self.first.status
 
     @property
     def verified(self) -> bool:
@@ -146,9 +146,9 @@ class Group:
             [] if self.verified else ["UNVERIFIED"])
         if flags:
             ending = f"{' '.join(flags)} ({ending})"
-        return [m["workload"]["name"],
-                f"{m['platform']['name']} x{len(m['ranks'])} {m['config']['dtype']}",
-                layout_label(m["config"]), ending]
+        return [m.workload["name"],
+                f"{m.platform['name']} x{len(m.ranks)} {m.config['dtype']}",
+                layout_label(m.config), ending]
 
 
 @dataclass(frozen=True)

@@ -113,8 +113,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
     for g in c.groups:
         m = g.first
         groups.append({
-            "label": g.label, "workload": m["workload"]["name"], "platform": m["platform"]["name"],
-            "layout": g.header()[2], "dtype": m["config"]["dtype"], "status": g.status,
+            "label": g.label, "workload": m.workload["name"], "platform": m.platform["name"],
+            "layout": g.header()[2], "dtype": m.config["dtype"], "status": g.status,
             "verified": g.verified,
             "bundles": [str(b.path) for b in g.bundles],
             "metrics": {row.key: {**vars(g.values[row.key]),

@@ -52,7 +52,7 @@ def png_bytes(fig: Figure) -> bytes:
 def bundle_title(bundle: Bundle) -> str:
     """Short title: workload, platform and world size, bundle id."""
     m = bundle.manifest
-    return (f"{m['workload']['name']} on {m['platform']['name']} x{len(m['ranks'])} "
+    return (f"{m.workload['name']} on {m.platform['name']} x{len(m.ranks)} "
             f"({bundle.path.name})")
 
 
@@ -166,14 +166,14 @@ def power_timeline(bundle: Bundle) -> Figure | None:
 
 
 def _device_facts(bundle: Bundle) -> list[dict[str, Any]]:
-    return [{"node": i, **g} for i, node in enumerate(bundle.manifest["inventory"])
-            for g in node["gpus"]]
+    return [{"node": i, **g} for i, node in enumerate(bundle.manifest.inventory)
+            for g in node.gpus]
 
 
 def per_device_means(bundle: Bundle) -> list[dict[str, Any]]:
     """Each device's figures over the measured steps (:func:`kit.analysis.power.device_metrics`)."""
-    config = bundle.manifest["config"]
-    tokens = config["global_batch_size"] * bundle.manifest["workload"]["seq_length"]
+    config = bundle.manifest.config
+    tokens = config["global_batch_size"] * bundle.manifest.workload["seq_length"]
     per_device, _ = device_metrics(bundle.telemetry, bundle.steps, _device_facts(bundle), tokens)
     return per_device
 
@@ -214,14 +214,14 @@ def chassis_heatmaps(bundle: Bundle) -> Figure | None:
 
     Rows are the quantity, columns the nodes; a device slot the run did not use is grey.
     """
-    chassis = bundle.manifest["platform"].get("chassis") or []
+    chassis = bundle.manifest.platform.get("chassis") or []
     per_device = per_device_means(bundle)
     if not chassis or not per_device:
         return None
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
 
-    nodes = len(bundle.manifest["inventory"])
+    nodes = len(bundle.manifest.inventory)
     quantities = [("temp_gpu_c_mean", "mean GPU temperature", "C", "inferno"),
                   ("power_w_mean", "mean power", "W", "viridis")]
     fig = Figure(figsize=(max(min(4.6 * nodes, 17) + 1.2, 8.0), 5.8), layout="constrained")

@@ -57,15 +57,15 @@ def _item(fig_id: str, caption: str, fig: Figure | None, note: str) -> FigureIte
 
 def _no_power_reason(bundle: Bundle) -> str:
     """Why a bundle has no power trace, from its telemetry sources."""
-    sources = bundle.manifest["telemetry_sources"]
-    reasons = [f"{name}: {(sources.get(name) or {}).get('reason') or 'no samples'}"
+    sources = bundle.manifest.telemetry_sources
+    reasons = [f"{name}: {(s.reason if (s := sources.get(name)) else None) or 'no samples'}"
                for name in ("power_w", "cpu_power_w")]
     return "no power telemetry in this bundle (" + "; ".join(reasons) + ")"
 
 
 def _no_heatmap_reason(bundle: Bundle) -> str:
     """Why a bundle has no chassis heatmap."""
-    platform = bundle.manifest["platform"]
+    platform = bundle.manifest.platform
     if not platform.get("chassis"):
         return f"platform {platform['name']} declares no chassis layout"
     return "no per-device GPU telemetry over the measured steps"
@@ -75,15 +75,15 @@ def _facts(bundle: Bundle) -> list[tuple[str, str]]:
     m = bundle.manifest
     verified = ("yes: checksums and schemas match" if bundle.verification_error is None else
                 f"NO: {bundle.verification_error}; reported only because of --allow-unverified")
-    facts = [("status", m["status"] + (f": {m['error']}" if m["error"] else "")),
+    facts = [("status", m.status + (f": {m.error}" if m.error else "")),
              ("verified", verified),
-             ("workload", m["workload"]["name"]),
-             ("platform", f"{m['platform']['name']} ({m['platform'].get('device_name', '')})"),
-             ("ranks", str(len(m["ranks"]))),
-             ("layout", layout_label(m["config"])),
-             ("dtype", m["config"]["dtype"]),
-             ("created", m["created_utc"])]
-    scaling = m["workload"].get("scaling")
+             ("workload", m.workload["name"]),
+             ("platform", f"{m.platform['name']} ({m.platform.get('device_name', '')})"),
+             ("ranks", str(len(m.ranks))),
+             ("layout", layout_label(m.config)),
+             ("dtype", m.config["dtype"]),
+             ("created", m.created_utc)]
+    scaling = m.workload.get("scaling")
     if scaling:
         facts.insert(2, ("scaled", f"from {scaling['original']['name']} by the "
                                    f"{scaling['platform']} rule: {scaling['rule']['reason']}"))

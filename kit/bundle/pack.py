@@ -43,12 +43,12 @@ def _write_archive(root: Path, dest: Path) -> None:
     files = bundle_files(root) + [SUMS_NAME]
     index = ArchiveIndex(
         bundle_id=root.name,
-        schema_version=bundle.manifest["schema_version"],
+        schema_version=bundle.manifest.schema_version,
         manifest_sha256=file_sha256(root / "manifest.json"),
         sums_sha256=file_sha256(root / SUMS_NAME),
-        redacted=bundle.manifest.get("redaction") is not None,
+        redacted=bundle.manifest.redaction is not None,
     )
-    created = bundle.manifest["created_utc"].replace("Z", "+00:00")
+    created = bundle.manifest.created_utc.replace("Z", "+00:00")
     mtime = int(datetime.fromisoformat(created).timestamp())
     dirs = {str(p) for f in files for p in PurePosixPath(f).parents if str(p) != "."}
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +25,8 @@ from kit.bundle.writer import PARTIAL_SUFFIX
 from kit.errors import BundleError
 from kit.spec.loader import describe_validation_error
 
+M = TypeVar("M", bound=BaseModel)
+
 
 @dataclass(frozen=True)
 class Bundle:
@@ -32,16 +34,17 @@ class Bundle:
 
     Attributes:
         path: The bundle directory.
-        manifest: ``manifest.json`` as parsed (see :class:`Manifest`).
-        metrics: ``metrics.json`` as parsed (see :class:`MetricsFile`).
+        manifest: ``manifest.json``, validated (its free-form parts, ``config``, ``workload``
+            and ``platform``, stay dicts: they record what the run used, in any kit version).
+        metrics: ``metrics.json``, validated.
         verification_error: Why the bundle failed :func:`kit.bundle.verify.verify_bundle`,
             when it was read anyway (``--allow-unverified``, see
             :func:`kit.bundle.verified.read_verified_bundle`); None otherwise.
     """
 
     path: Path
-    manifest: dict[str, Any]
-    metrics: dict[str, Any]
+    manifest: Manifest
+    metrics: MetricsFile
     verification_error: str | None = None
 
     @cached_property
@@ -92,9 +95,9 @@ def _load_json(root: Path, name: str) -> dict[str, Any]:
     return data
 
 
-def _check_model(root: Path, name: str, data: dict[str, Any], model: type[BaseModel]) -> None:
+def _check_model(root: Path, name: str, data: dict[str, Any], model: type[M]) -> M:
     try:
-        model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         raise BundleError(
             f"bundle {root}: {name} fails the schema: {describe_validation_error(e)}"
@@ -197,9 +200,8 @@ def read_bundle(path: str | Path) -> Bundle:
             newer than :data:`SCHEMA_VERSION`.
     """
     root = bundle_dir(path)
-    manifest = _load_json(root, "manifest.json")
-    check_schema_version(root, manifest.get("schema_version"))
-    _check_model(root, "manifest.json", manifest, Manifest)
-    metrics = _load_json(root, "metrics.json")
-    _check_model(root, "metrics.json", metrics, MetricsFile)
+    data = _load_json(root, "manifest.json")
+    check_schema_version(root, data.get("schema_version"))
+    manifest = _check_model(root, "manifest.json", data, Manifest)
+    metrics = _check_model(root, "metrics.json", _load_json(root, "metrics.json"), MetricsFile)
     return Bundle(path=root, manifest=manifest, metrics=metrics)

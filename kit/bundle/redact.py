@@ -147,7 +147,7 @@ def redact_bundle(path: str | Path, dest_parent: Path) -> Path:
     bundle = read_bundle(path)
     root, files = bundle.path, bundle_files(bundle.path)
     texts = _read_texts(root, files)
-    hosts = [node["host"] for node in bundle.manifest["inventory"]]
+    hosts = [node.host for node in bundle.manifest.inventory]
     redactor = Redactor(hosts, _users_in(list(texts.values())))
     dest = dest_parent / root.name
     dest.mkdir()

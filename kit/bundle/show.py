@@ -86,14 +86,14 @@ def format_bundle(bundle: Bundle) -> str:
         A few ``key  value`` lines, a blank line, then a metric/value table, and with several
         pipeline stages or timed phases a table per stage.
     """
-    manifest, summary = bundle.manifest, bundle.metrics["summary"]
-    rows = [("bundle", bundle.path.name), ("status", manifest["status"])]
-    if manifest["error"] is not None:
-        rows.append(("error", manifest["error"]))
+    manifest, summary = bundle.manifest, bundle.metrics.summary
+    rows = [("bundle", bundle.path.name), ("status", manifest.status)]
+    if manifest.error is not None:
+        rows.append(("error", manifest.error))
     rows += [
-        ("workload", _workload(manifest["workload"])),
-        ("platform", manifest["platform"]["name"]),
-        ("layout", _layout(manifest["config"])),
+        ("workload", _workload(manifest.workload)),
+        ("platform", manifest.platform["name"]),
+        ("layout", _layout(manifest.config)),
         ("world size", _value("world_size", summary["world_size"])),
     ]
     metrics = [(key, _value(key, summary[key])) for key in SUMMARY_KEYS]
@@ -102,5 +102,5 @@ def format_bundle(bundle: Bundle) -> str:
         tabulate(metrics, headers=("metric", "value"), colalign=("left", "right"),
                  disable_numparse=True),
     ]
-    stages = _stage_table(bundle.metrics.get("per_rank") or [])
+    stages = _stage_table(bundle.metrics.per_rank)
     return "\n\n".join(parts if stages is None else [*parts, stages])

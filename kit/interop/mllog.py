@@ -116,7 +116,7 @@ def _first_time(bundle: Bundle) -> float:
     known = [t for t in times if t is not None]
     if known:
         return min(known)
-    return datetime.fromisoformat(bundle.manifest["created_utc"].replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(bundle.manifest.created_utc.replace("Z", "+00:00")).timestamp()
 
 
 def _comm_precision(cfg: dict[str, Any]) -> str:
@@ -139,10 +139,10 @@ def _comm_precision(cfg: dict[str, Any]) -> str:
 def _config_events(bundle: Bundle, t_ms: int, org: str) -> list[MLLogEvent]:
     """Submission, hyperparameter, parallelism and precision events from the manifest."""
     manifest = bundle.manifest
-    cfg, parallel = manifest["config"], manifest["config"]["parallel"]
+    cfg, parallel = manifest.config, manifest.config["parallel"]
     micro, glob = cfg["micro_batch_size"], cfg["global_batch_size"]
     values: list[tuple[str, Any]] = [
-        (c.SUBMISSION_BENCHMARK, manifest["workload"]["name"]),
+        (c.SUBMISSION_BENCHMARK, manifest.workload["name"]),
         (c.SUBMISSION_ORG, org),
         (c.SUBMISSION_DIVISION, DIVISION),
         (c.SUBMISSION_STATUS, c.RESEARCH),
@@ -152,7 +152,7 @@ def _config_events(bundle: Bundle, t_ms: int, org: str) -> list[MLLogEvent]:
         (c.GLOBAL_BATCH_SIZE, glob),
         (c.MICRO_BATCH_SIZE, micro),
         (c.GRADIENT_ACCUMULATION_STEPS, glob // (micro * parallel["dp"])),
-        (c.MAX_SEQUENCE_LENGTH, manifest["workload"]["seq_length"]),
+        (c.MAX_SEQUENCE_LENGTH, manifest.workload["seq_length"]),
         (c.OPT_NAME, c.ADAMW),
         (c.OPT_BASE_LR, cfg["lr"]),
         (c.TENSOR_PARALLELISM, parallel["tp"]),
@@ -178,7 +178,7 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
     t_init = _ms(_first_time(bundle))
     t_run = _ms(steps[0].t_start) if steps else t_init
     t_stop = _ms(steps[-1].t_end) if steps else t_run
-    glob = bundle.manifest["config"]["global_batch_size"]
+    glob = bundle.manifest.config["global_batch_size"]
     events = [_event(t_init, c.INTERVAL_START, c.INIT_START)]
     if bundle.verification_error is not None:
         events.append(_event(t_init, c.POINT_IN_TIME, UNVERIFIED_KEY,
@@ -193,7 +193,7 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
         if s.loss is not None:
             events.append(_event(_ms(s.t_end), c.POINT_IN_TIME, c.KIT_TRAIN_LOSS, s.loss, after))
         events.append(_event(_ms(s.t_end), c.INTERVAL_END, c.BLOCK_STOP, None, after))
-    status = bundle.manifest["status"]
+    status = bundle.manifest.status
     events.append(_event(t_stop, c.INTERVAL_END, c.RUN_STOP, None, {
         c.STATUS: c.SUCCESS if status == "ok" else c.ABORTED, c.KIT_STATUS: status,
     }))

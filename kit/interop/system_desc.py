@@ -12,6 +12,7 @@ described only because of ``--allow-unverified`` says so, and what failed, in ``
 from typing import Any
 
 from kit.bundle.reader import Bundle
+from kit.bundle.schema import Manifest, NodeInventory
 from kit.interop.mllog_constants import OPEN
 
 SYSTEM_DESC_FIELDS: tuple[str, ...] = (
@@ -35,9 +36,9 @@ AVAILABILITY = "Research, Development, or Internal (RDI)"
 """MLPerf's availability status for a measurement that is not a submission."""
 
 
-def system_name(manifest: dict[str, Any]) -> str:
+def system_name(manifest: Manifest) -> str:
     """Name the system as MLPerf does, platform and node count: e.g. ``h100_n4``."""
-    return f"{manifest['platform']['name']}_n{len(manifest['inventory'])}"
+    return f"{manifest.platform['name']}_n{len(manifest.inventory)}"
 
 
 def _interconnects(platform: dict[str, Any], scope: str) -> str:
@@ -48,13 +49,13 @@ def _gib(n_bytes: float | None) -> str:
     return f"{n_bytes / 2**30:.0f} GiB" if n_bytes else ""
 
 
-def _framework(node: dict[str, Any]) -> str:
+def _framework(node: NodeInventory) -> str:
     """Engine and torch versions, e.g. ``megatron-core 0.16.0, PyTorch 2.13.0 (CUDA 13.0)``."""
-    engines = [f"{name} {v}" for name, v in sorted(node["engine_versions"].items())
+    engines = [f"{name} {v}" for name, v in sorted(node.engine_versions.items())
                if name != "zeus"]
-    runtime = (f"CUDA {node['cuda']}" if node.get("cuda")
-               else f"ROCm {node['rocm']}" if node.get("rocm") else "CPU")
-    torch = [f"PyTorch {node['torch']} ({runtime})"] if node.get("torch") else []
+    runtime = (f"CUDA {node.cuda}" if node.cuda
+               else f"ROCm {node.rocm}" if node.rocm else "CPU")
+    torch = [f"PyTorch {node.torch} ({runtime})"] if node.torch else []
     return ", ".join(engines + torch)
 
 
@@ -69,11 +70,11 @@ def system_description(bundle: Bundle, submitter: str) -> dict[str, Any]:
         One value per key of :data:`SYSTEM_DESC_FIELDS`, in that order.
     """
     manifest = bundle.manifest
-    platform, nodes = manifest["platform"], manifest["inventory"]
+    platform, nodes = manifest.platform, manifest.inventory
     node = nodes[0]
-    gpus = node["gpus"]
+    gpus = node.gpus
     gpu = gpus[0] if gpus else {}
-    kinds = {(n["cpu"], tuple(g.get("name") for g in n["gpus"])) for n in nodes}
+    kinds = {(n.cpu, tuple(g.get("name") for g in n.gpus)) for n in nodes}
     hw_notes = [platform.get("description") or "",
                 f"interconnects as the {platform['name']} platform profile declares them"]
     if len(kinds) > 1:
@@ -82,10 +83,10 @@ def system_description(bundle: Bundle, submitter: str) -> dict[str, Any]:
     memory = gpu.get("memory_total_bytes") or (
         platform["memory_per_device_gib"] * 2**30 if gpus else None
     )
-    software = {"python": node["python"], **node["engine_versions"]}
-    software.update({k: node[k] for k in ("driver", "cuda", "rocm") if node.get(k)})
-    sw_notes = [f"charllm-kit {manifest['kit_version']}", "synthetic tokens",
-                f"bundle schema v{manifest['schema_version']}"]
+    software = {"python": node.python, **node.engine_versions}
+    software.update({k: v for k in ("driver", "cuda", "rocm") if (v := getattr(node, k))})
+    sw_notes = [f"charllm-kit {manifest.kit_version}", "synthetic tokens",
+                f"bundle schema v{manifest.schema_version}"]
     if bundle.verification_error is not None:
         sw_notes.append(f"UNVERIFIED bundle, described only because of --allow-unverified: "
                         f"{bundle.verification_error}")
@@ -95,9 +96,9 @@ def system_description(bundle: Bundle, submitter: str) -> dict[str, Any]:
         "status": AVAILABILITY,
         "system_name": system_name(manifest),
         "number_of_nodes": str(len(nodes)),
-        "host_processor_model_name": node["cpu"],
-        "host_processor_vcpu_count": str(node["cpu_count"]),
-        "host_memory_capacity": _gib(node["memory_bytes"]),
+        "host_processor_model_name": node.cpu,
+        "host_processor_vcpu_count": str(node.cpu_count),
+        "host_memory_capacity": _gib(node.memory_bytes),
         "host_networking": _interconnects(platform, "inter_node"),
         "accelerators_per_node": str(len(gpus)),
         "accelerator_model_name": gpu.get("name") or (platform["device_name"] if gpus else ""),

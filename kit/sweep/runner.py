@@ -80,7 +80,7 @@ def earlier_bundle(point_dir: Path, request_json: dict) -> Bundle | None:
         bundle = read_bundle(bundles[-1])
     except BundleError:
         return None
-    return None if bundle.manifest["status"] == "interrupted" else bundle
+    return None if bundle.manifest.status == "interrupted" else bundle
 
 
 def _set_aside(point_dir: Path) -> None:
@@ -155,11 +155,11 @@ def run_sweep(
             earlier = kept.get(point.id)
             if earlier is not None:
                 m = earlier.manifest
-                _record_bundle(rec, folder, earlier.path, m["status"], m["error"],
-                               earlier.metrics["summary"])
+                _record_bundle(rec, folder, earlier.path, m.status, m.error,
+                               earlier.metrics.summary)
                 rec.resumed = True
                 progress(f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}: "
-                         f"kept ({m['status']}, bundle verifies)")
+                         f"kept ({m.status}, bundle verifies)")
                 continue
             progress(f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}: running")
             _run_point(point, rec, folder, command)
