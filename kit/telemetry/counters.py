@@ -8,17 +8,18 @@ the run, recorded before this module existed), RAPL's ``energy_uj`` wraps at
 although AMD SMI widens them to 64. A backend feeds every raw reading of such a counter to a
 :class:`WrappingCounter`, which turns it into a total that never decreases.
 
-A reading below the previous one is a *wrap* when the advance it implies (new + modulus - old)
-is under half the modulus, the rule of serial number arithmetic (RFC 1982): a counter that
-advanced by more than half its range between two reads cannot be told from one that went
-backwards. Any other drop is a *reset* (a driver reload, a GPU reset, or a firmware bug such as
-ROCm/amdsmi#115's energy counter running backwards): the interval's advance is unknown, so that
-reading gives ``None``, the count goes on from the new value, and the event is kept for the
-field's reason in the bundle.
+What a reading below the previous one means depends on the register's width. A narrow register
+(32-bit bytes, RAPL's ~2^38 uJ) wraps within a run, so every drop is a *wrap*, counted through
+the modulus. A 64-bit one cannot wrap within any run (2^64 bytes, or 2^64 x 15 uJ), so a drop is
+a *reset*: a driver reload, a GPU reset, or a firmware bug such as ROCm/amdsmi#115's energy
+counter running backwards. A reset's interval is unknown: that reading gives ``None``, the count
+goes on from the new value, and the event is kept for the field's reason in the bundle.
 
-A wrap between two reads is only seen if the counter wraps at most once in between: a 32-bit
-byte counter wraps every 67 ms at 64 GB/s, so it must be read more often than that on a busy
-link, or its bytes alias silently.
+A narrow register must be read before it wraps twice, or its count aliases silently: a 32-bit
+byte counter holds 4 GiB, so read every 100 ms it is exact up to 42.9 GB/s. On one H100 a
+23.8 GB/s copy loop wrapped NVML's PCIe TX counter 20 times in 3 s; unwrapped, it came to 1.19x
+the bytes copied (RX 1.08x: the counters count more than the payload), with no reading lost
+(``benchmarks/telemetry/results/nvml-counter-widths-h100.txt``).
 """
 
 from dataclasses import dataclass
@@ -45,18 +46,26 @@ class CounterEvent:
     after: float
 
 
-def modulus_of_bits(bits: int) -> int:
-    """The modulus of an unsigned ``bits``-wide register: where it wraps to zero."""
-    return 1 << bits
+WIDE_BITS = 64
+"""Registers this wide or wider cannot wrap within a run: a drop in one is a reset."""
+
+
+def modulus_of_bits(bits: int) -> int | None:
+    """The modulus to give :class:`WrappingCounter` for an unsigned ``bits``-wide register.
+
+    Returns:
+        ``2**bits`` for a narrow register, ``None`` for one of :data:`WIDE_BITS` or more.
+    """
+    return None if bits >= WIDE_BITS else 1 << bits
 
 
 class WrappingCounter:
     """One raw hardware counter (one link, one package), accumulated across wraps.
 
     Args:
-        modulus: The raw value at which the counter wraps to zero (``2**32`` for a 32-bit
-            register); ``None`` for a counter that does not wrap in practice, so that any drop
-            is a reset.
+        modulus: For a narrow register, the raw value at which it wraps to zero (``2**32``
+            for a 32-bit one): every drop is then a wrap. ``None`` for a register too wide to
+            wrap within a run (64-bit): every drop is then a reset.
 
     Attributes:
         events: Every drop seen, in order.
@@ -86,12 +95,11 @@ class WrappingCounter:
             return 0
         step = raw - last
         if step < 0:
-            wrapped = None if self._modulus is None else step + self._modulus
-            if wrapped is None or wrapped >= self._modulus / 2:
+            if self._modulus is None:
                 self.events.append(CounterEvent(t, "reset", last, raw))
                 return None
             self.events.append(CounterEvent(t, "wrap", last, raw))
-            step = wrapped
+            step += self._modulus
         self._advance += step
         return self._advance
 

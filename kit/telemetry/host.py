@@ -88,18 +88,19 @@ class RaplPackagePower:
             t: Time of this read in seconds, on the same clock as the previous call.
 
         Returns:
-            Watts summed over packages, or ``None`` on the first call (no interval yet), when
-            ``t`` did not advance, or when a counter went backwards (a reset, not a wrap).
+            Watts summed over packages, or ``None`` on the first call (no interval yet) or when
+            ``t`` did not advance.
         """
         readings = self._read_energy_uj()
-        counted = [c.update(uj, t) for c, uj in zip(self._counters, readings, strict=True)]
+        for counter, uj in zip(self._counters, readings, strict=True):
+            counter.update(uj, t)
         last, self._last = self._last, (t, sum(c.advance for c in self._counters))
-        if last is None or None in counted or t <= last[0]:
+        if last is None or t <= last[0]:
             return None
         return (self._last[1] - last[1]) * 1e-6 / (t - last[0])
 
     def describe_events(self) -> str | None:
-        """The packages' wraps and resets so far, in one sentence; ``None`` if none."""
+        """The packages' wraps so far, in one sentence; ``None`` if none."""
         return describe_events(self._counters, "RAPL energy_uj")
 
 
