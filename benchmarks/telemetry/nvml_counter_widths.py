@@ -27,8 +27,8 @@ FIELDS = ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_AVERAGE", "NVML_FI_DEV
           "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")
 """The field values NvmlSource reads (NVLink ones with scope = link 0 here)."""
 
-TYPE_NAMES = {getattr(pynvml, n): n.removeprefix("NVML_VALUE_TYPE_")
-              for n in dir(pynvml) if n.startswith("NVML_VALUE_TYPE_") and n != "NVML_VALUE_TYPE_COUNT"}
+TYPE_NAMES = {getattr(pynvml, n): n.removeprefix("NVML_VALUE_TYPE_") for n in dir(pynvml)
+              if n.startswith("NVML_VALUE_TYPE_") and n != "NVML_VALUE_TYPE_COUNT"}
 
 
 COPY_BYTES = 256 * 2**20
@@ -49,6 +49,7 @@ def copy_loop(start: threading.Event, stop: threading.Event, copies: list[int]) 
 
 
 def main() -> None:
+    """Print each field value's type per device, then sample under the copy loop."""
     pynvml.nvmlInit()
     print(f"driver {pynvml.nvmlSystemGetDriverVersion()}, "
           f"nvidia-ml-py {importlib.metadata.version('nvidia-ml-py')}")
@@ -90,7 +91,7 @@ def main() -> None:
           f"({copied / t_copy / 1e9:.1f} GB/s each way)")
     for name in ("pcie_tx_bytes", "pcie_rx_bytes", "link_tx_bytes"):
         got = [r[name] for r in rows if r["device"] == 0 and r[name] is not None]
-        monotone = all(b >= a for a, b in zip(got, got[1:]))
+        monotone = all(b >= a for a, b in zip(got, got[1:], strict=False))
         ratio = f", advance / bytes copied {(got[-1] - got[0]) / copied:.4f}" if got else ""
         print(f"{name}: {len(got)} reads, first {got[:1]}, last {got[-1:]}, "
               f"never decreasing: {monotone}{ratio}; reason: {fields[name].reason}")

@@ -128,7 +128,7 @@ def nvmlDeviceGetFieldValues(handle: int, field_ids: list[Any]) -> Any:
     """A ``c_nvmlFieldValue_t`` array; each entry carries its own nvmlReturn, as in NVML."""
     by_id = {getattr(_real, name): spec for name, spec in _device(handle).get("fields", {}).items()}
     values = (_real.c_nvmlFieldValue_t * len(field_ids))()
-    for v, fid in zip(values, field_ids):
+    for v, fid in zip(values, field_ids, strict=True):
         field_id, scope = fid if isinstance(fid, tuple) else (fid, 0)
         v.fieldId, v.scopeId = field_id, scope
         spec = by_id.get(field_id)
