@@ -22,6 +22,10 @@ from kit.errors import BundleError
 from .conftest import REPO
 
 H100 = REPO / "benchmarks/telemetry/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2"
+"""Does not verify: its pcie_tx_bytes wrapped (32-bit NVML counter, recorded before wraps were
+unwrapped; issue 19), so pack refuses it until a new GPU run regenerates it."""
+H200 = REPO / "benchmarks/telemetry/bundles/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
+"""A real GPU bundle that verifies: the one the archive tests pack."""
 EVIL_ID = "20261122T000000Z-gpt3-tiny-cpu-000000"
 
 
@@ -68,6 +72,10 @@ def test_pack_unpack_round_trip_is_exact_and_reproducible(cli, cpu_bundle, tmp_p
 
 def test_recorded_gpu_bundles_round_trip(tmp_path):
     for bundle in sorted(H100.parent.iterdir()):
+        if bundle == H100:  # its wrapped PCIe counter fails verification, so pack refuses it
+            with pytest.raises(BundleError, match="pcie_tx_bytes goes backwards"):
+                pack_bundle(bundle, tmp_path / f"{bundle.name}.tar.gz")
+            continue
         archive = pack_bundle(bundle, tmp_path / f"{bundle.name}.tar.gz")
         assert tree(unpack_bundle(archive, tmp_path / "in")) == tree(bundle)
 
@@ -82,18 +90,18 @@ def test_pack_refuses_a_bundle_that_does_not_verify(cli, cpu_bundle, tmp_path):
 def test_unpack_refuses_a_bundle_changed_after_packing(cli, tmp_path):
     """Consistent edits with rewritten sums still break the manifest hash in the index."""
     archive = tmp_path / "a.tar.gz"
-    assert cli("bundle", "pack", str(H100), "-o", str(archive)).returncode == 0
+    assert cli("bundle", "pack", str(H200), "-o", str(archive)).returncode == 0
     work = tmp_path / "work"
     with tarfile.open(archive) as tar:
         tar.extractall(work, filter="data")
-    manifest = json.loads((work / H100.name / "manifest.json").read_text())
+    manifest = json.loads((work / H200.name / "manifest.json").read_text())
     manifest["kit_version"] = "9.9.9"
-    (work / H100.name / "manifest.json").write_text(json.dumps(manifest))
-    rehash(work / H100.name)
+    (work / H200.name / "manifest.json").write_text(json.dumps(manifest))
+    rehash(work / H200.name)
     forged = tmp_path / "forged.tar.gz"
     with tarfile.open(forged, "w:gz") as tar:
         tar.add(work / INDEX_NAME, INDEX_NAME)
-        tar.add(work / H100.name, H100.name)
+        tar.add(work / H200.name, H200.name)
     r = cli("bundle", "unpack", str(forged), "-o", str(tmp_path / "in"))
     assert "manifest.json does not match the hash" in one_line_error(r)
     assert not (tmp_path / "in").exists()
@@ -220,11 +228,11 @@ def test_unpack_refuses_what_is_not_a_bundle_archive(cli, tmp_path):
 
 def test_unpack_limits_total_size(tmp_path):
     archive = tmp_path / "a.tar.gz"
-    pack_bundle(H100, archive)
+    pack_bundle(H200, archive)
     with pytest.raises(BundleError, match="add up to over the 50000-byte limit"):
         unpack_bundle(archive, tmp_path / "in", ArchiveLimits(max_total_bytes=50_000))
     assert not (tmp_path / "in").exists()
-    assert unpack_bundle(archive, tmp_path / "in").name == H100.name
+    assert unpack_bundle(archive, tmp_path / "in").name == H200.name
 
 
 def _unshare_tmpfs_works(tmp_path: Path) -> bool:

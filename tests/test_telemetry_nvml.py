@@ -6,6 +6,7 @@ message; on a GPU host the same tests instead check real rows.
 
 import subprocess
 import sys
+import time
 
 import pynvml
 import pytest
@@ -14,6 +15,7 @@ from kit.bundle.schema import THROTTLE_BITS
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
 from kit.telemetry.fields import TELEMETRY_COLUMNS
 from kit.telemetry.throttle import decode_nvml_clocks_event_reasons, reason_names
+from tests.test_telemetry_counters import RECORDED_WRAP_AT, recorded_h100_pcie_tx
 
 
 def _reason(name: str) -> int:
@@ -149,3 +151,151 @@ def test_samples_real_gpus() -> None:
 def test_rejects_missing_device() -> None:
     with pytest.raises(TelemetryNotSupportedError, match="cannot sample devices"):
         build_source("nvml", node=0, devices=[999])
+
+
+# --- the backend's read path on a fake pynvml (tests/fakes/nvml) --------------------------------
+#
+# The fake keeps nvidia-ml-py's own constants, structures and errors; only the answers come from
+# a scenario. PCIe byte counters answer as NVML_VALUE_TYPE_UNSIGNED_INT (32-bit): that is the
+# width the committed H100 bundle shows wrapping (a drop of 2^32 - 386,552 bytes in 20 ms).
+
+U32 = 2**32
+
+
+def h100(pcie_tx: list[int], **extra_fields) -> dict:
+    """One H100 whose PCIe TX counter answers ``pcie_tx`` read after read."""
+    return {"devices": [{
+        "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-fake-0", "arch": "NVML_DEVICE_ARCH_HOPPER",
+        "power_limit_mw": 700_000, "max_sm_mhz": 1980, "memory_total": 85_520_809_984,
+        "calls": {
+            "nvmlDeviceGetPowerUsage": [650_000],
+            "nvmlDeviceGetTotalEnergyConsumption": [7_022_712 + 65 * i for i in range(4000)],
+            "nvmlDeviceGetTemperature": [61], "nvmlDeviceGetClockInfo/1": [1755],
+            "nvmlDeviceGetClockInfo/2": [2619], "nvmlDeviceGetUtilizationRates": [100],
+            "nvmlDeviceGetMemoryInfo": [40 * 2**30],
+            "nvmlDeviceGetCurrentClocksEventReasons": [_reason("SwPowerCap")],
+            "nvmlDeviceGetViolationStatus": {"0": [3_630_870_400], "1": [0]},
+        },
+        "fields": {
+            "NVML_FI_DEV_POWER_INSTANT": {"type": "NVML_VALUE_TYPE_UNSIGNED_INT",
+                                          "values": [655_000]},
+            "NVML_FI_DEV_POWER_AVERAGE": {"type": "NVML_VALUE_TYPE_UNSIGNED_INT",
+                                          "values": [640_000]},
+            "NVML_FI_DEV_MEMORY_TEMP": {"type": "NVML_VALUE_TYPE_UNSIGNED_INT", "values": [70]},
+            "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": {"type": "NVML_VALUE_TYPE_UNSIGNED_INT",
+                                                "values": pcie_tx},
+            "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": {"type": "NVML_VALUE_TYPE_UNSIGNED_INT",
+                                                "values": [495_680]},
+            **extra_fields,
+        },
+    }]}
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch, tmp_path):
+    from tests.fakes import fake_library
+
+    def install(scenario: dict):
+        return stack.enter_context(fake_library(monkeypatch, "pynvml", scenario, tmp_path))
+
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        yield install
+
+
+TICK_S = 0.11
+"""Just over the slow counters' read period: they are read on every tick."""
+
+
+def sample_slow_every_tick(source, n: int) -> list[dict]:
+    """``n`` ticks ``TICK_S`` apart, from t = 1000 s."""
+    return [row for i in range(n) for row in source.sample(1_000.0 + TICK_S * i)]
+
+
+def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
+    # The bundle holds raw - raw0 of a 32-bit register. Any raw0 that puts the last value
+    # before the wrap within 386,552 bytes (the advance across it) of 2^32 gives back the raw
+    # readings that produced the recorded column, its wrap included.
+    recorded = [v for _, v in recorded_h100_pcie_tx()]
+    raw0 = U32 - (recorded[RECORDED_WRAP_AT - 1] - recorded[0]) - 200_000
+    raw = [(raw0 + v - recorded[0]) % U32 for v in recorded]
+    assert raw[RECORDED_WRAP_AT] < raw[RECORDED_WRAP_AT - 1]
+    fake_nvml(h100([raw[0], *raw]))  # the first answer is the construction-time reading
+    from kit.telemetry.nvml import NvmlSource
+
+    source = NvmlSource(node=0)
+    try:
+        rows = sample_slow_every_tick(source, len(raw))
+        info = source.fields()["pcie_tx_bytes"]
+    finally:
+        source.close()
+    written = [r["pcie_tx_bytes"] for r in rows]
+    assert written == [v - recorded[0] + (U32 if i >= RECORDED_WRAP_AT else 0)
+                       for i, v in enumerate(recorded)]
+    assert all(b >= a for a, b in zip(written, written[1:], strict=False))
+    wrap_t = 1_000.0 + TICK_S * RECORDED_WRAP_AT
+    assert info.readable and (
+        f"device 0 pcie_tx_bytes: 1 wrap, the first at t={wrap_t:.3f}" in info.reason)
+    assert [r["pcie_rx_bytes"] for r in rows[:2]] == [0, 0]
+
+
+def test_energy_and_violation_time_stay_absolute(fake_nvml) -> None:
+    fake_nvml(h100([0]))
+    from kit.telemetry.nvml import NvmlSource
+
+    source = NvmlSource(node=0)
+    try:
+        rows = sample_slow_every_tick(source, 3)
+        fields = source.fields()
+    finally:
+        source.close()
+    # mJ since the driver loaded, read once at construction and then once per tick
+    assert [r["energy_j"] for r in rows] == pytest.approx([7022.777, 7022.842, 7022.907])
+    assert [r["viol_power_s"] for r in rows] == pytest.approx([3.6308704] * 3)
+    assert rows[0]["power_w"] == 655.0 and rows[0]["throttle"] == THROTTLE_BITS["power_cap"]
+    assert fields["energy_j"].readable and "wrap" not in str(fields["energy_j"].reason)
+
+
+def test_a_link_counter_that_goes_backwards_is_a_reset(fake_nvml) -> None:
+    # Two NVLink links; link 1's 64-bit counter drops (a reset, not a wrap): that sample is
+    # null, the total goes on from the new value (link 0: 30 KiB, link 1: 10 before and 10
+    # after the reset), and fields() says when.
+    per_link = {"0": {"type": "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "values": [0, 10, 20, 30]},
+                "1": {"type": "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG",
+                      "values": [5_000, 5_010, 3, 13]}}
+    scenario = h100([0], NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX={"scope": per_link})
+    scenario["devices"][0]["nvlinks"] = 2
+    fake_nvml(scenario)
+    from kit.telemetry.nvml import NvmlSource
+
+    source = NvmlSource(node=0)
+    try:
+        rows = sample_slow_every_tick(source, 3)
+        info = source.fields()["link_tx_bytes"]
+    finally:
+        source.close()
+    assert [r["link_tx_bytes"] for r in rows] == [20 * 1024, None, 50 * 1024]
+    assert "device 0 link_tx_bytes: 1 reset, the first at t=1000.110 (5010 -> 3)" in info.reason
+    assert not source.fields()["link_rx_bytes"].readable  # the scenario has no RX counter
+
+
+@pytest.mark.timeout(120)
+def test_the_sampler_writes_unwrapped_counters(fake_nvml, tmp_path) -> None:
+    """The real sampler process builds the real NVML source on the fake and unwraps it."""
+    from kit.bundle.writer import concat_chunks
+    from kit.telemetry.sampler import TelemetrySampler
+
+    step = 400_000_000  # bytes per read: the 32-bit register wraps about every 11 reads
+    fake_nvml(h100([(U32 - 10 + i * step) % U32 for i in range(400)]))
+    sampler = TelemetrySampler([("nvml", {"node": 0}), ("host", {"node": 0})],
+                               interval_ms=20, chunks_dir=tmp_path / "chunks")
+    sampler.start()
+    time.sleep(2.5)
+    report = sampler.stop()
+    rows = concat_chunks(tmp_path / "chunks").to_pylist()
+    tx = [r["pcie_tx_bytes"] for r in rows if r["source"] == "gpu"
+          and r["pcie_tx_bytes"] is not None]
+    assert report.errors == [] and len(tx) >= 12  # read every 100 ms: past the first wrap
+    assert tx == [i * step for i in range(1, len(tx) + 1)]
+    assert report.devices["nvml"][0]["uuid"] == "GPU-fake-0"

@@ -9,6 +9,8 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 from kit.bundle.writer import concat_chunks
+from kit.errors import BundleError
+from kit.telemetry.replay import ReplaySource
 from kit.telemetry.sampler import TelemetrySampler
 
 from .conftest import REPO
@@ -42,9 +44,34 @@ def test_recorded_traces_decode_power_cap_throttling(trace):
     assert any(r["throttle"] == 1 for r in gpu)
 
 
+H100_WRAPPED = "20261122T094016Z-gpt3-1.3b-h100-e955a2"
+"""The committed H100 bundle was recorded before NVML's 32-bit PCIe counters were unwrapped: its
+pcie_tx_bytes drops by 2^32 - 386,552 bytes 32 s into the run (issue 19). It is evidence and is
+not edited; it verifies again once a new GPU run regenerates it."""
+
+
 @pytest.mark.parametrize("bundle", sorted((REPO / "benchmarks/telemetry/bundles").iterdir()))
 def test_committed_gpu_bundles_verify(bundle):
-    verify_bundle(bundle)
+    if bundle.name != H100_WRAPPED:
+        verify_bundle(bundle)
+        return
+    with pytest.raises(BundleError) as err:
+        verify_bundle(bundle)
+    assert str(err.value) == (
+        f"bundle {bundle}: telemetry.parquet: cumulative counter pcie_tx_bytes goes backwards "
+        "on node 0 device 0 at t=1795340449.423 (388895440 -> -3905685304)")
+
+
+def test_replay_loops_keep_cumulative_counters_counting():
+    """Past the trace's end, energy and bytes go on from where it ended, never backwards."""
+    source = ReplaySource(node=0, trace="tests/data/traces/h200-gpt3-1.3b.parquet", speed=50.0)
+    rows = [r for i in range(300) for r in source.sample(1_000.0 + 0.01 * i)]  # 3 loops
+    recorded = pq.read_table(REPO / "tests/data/traces/h200-gpt3-1.3b.parquet").to_pylist()
+    energy = [r["energy_j"] for r in recorded if r["source"] == "gpu"]
+    for name in ("energy_j", "pcie_rx_bytes", "viol_power_s"):
+        values = [r[name] for r in rows]
+        assert values == sorted(values), name
+    assert rows[-1]["energy_j"] > 2 * (energy[-1] - energy[0]) + energy[0]
 
 
 def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):

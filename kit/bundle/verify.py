@@ -1,14 +1,34 @@
-"""Verify a bundle end to end: checksums, file list, JSON models and parquet schemas."""
+"""Verify a bundle end to end: checksums, file list, JSON models, parquet schemas, counters.
+
+A cumulative telemetry counter that goes backwards fails verification too: the backends unwrap
+their registers' wraps, so a drop in a bundle is a recording error (the committed H100 bundle
+of 2026-11-22 has one: a 32-bit PCIe counter written before wraps were handled).
+"""
 
 import re
 from pathlib import Path, PurePosixPath
 
-from kit.bundle.reader import bundle_dir, check_parquet, read_bundle, read_schema_version
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kit.bundle.reader import (
+    bundle_dir,
+    check_parquet,
+    read_bundle,
+    read_schema_version,
+    read_table,
+)
 from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA
 from kit.bundle.writer import SUMS_NAME, bundle_files, file_sha256
 from kit.errors import BundleError
 
 _SUMS_LINE = re.compile(r"([0-9a-f]{64})  (.+)")
+
+CUMULATIVE_FIELDS = ("energy_j", "pcie_tx_bytes", "pcie_rx_bytes", "link_tx_bytes",
+                     "link_rx_bytes", "viol_power_s", "viol_thermal_s")
+"""Telemetry columns that count up: per device, a later row never holds less than an earlier
+one (the backends unwrap their registers' wraps, ``kit/telemetry/counters.py``)."""
 
 
 def _read_sums(root: Path) -> dict[str, str]:
@@ -33,6 +53,34 @@ def _read_sums(root: Path) -> dict[str, str]:
     return sums
 
 
+def _check_cumulative(root: Path, telemetry: pa.Table) -> None:
+    """Refuse a cumulative counter that goes backwards on any device, naming where.
+
+    Raises:
+        BundleError: The first counter (in :data:`CUMULATIVE_FIELDS` order) found lower than
+            the device's previous reading of it.
+    """
+    order = pc.sort_indices(telemetry, [("node", "ascending"), ("device", "ascending"),
+                                        ("t", "ascending")])
+    rows = telemetry.take(order)
+    node = rows["node"].to_numpy()
+    device = pc.fill_null(rows["device"], -1).to_numpy()
+    t = rows["t"].to_numpy()
+    for name in CUMULATIVE_FIELDS:
+        column = rows[name]
+        seen = np.flatnonzero(pc.is_valid(column).to_numpy(zero_copy_only=False))
+        values = pc.fill_null(column, 0).to_numpy()[seen]
+        same = (node[seen][1:] == node[seen][:-1]) & (device[seen][1:] == device[seen][:-1])
+        back = np.flatnonzero(same & (values[1:] < values[:-1]))
+        if back.size:
+            i = back[0]
+            where = f"node {node[seen][i + 1]} device {device[seen][i + 1]}"
+            raise BundleError(
+                f"bundle {root}: telemetry.parquet: cumulative counter {name} goes backwards "
+                f"on {where} at t={t[seen][i + 1]:.3f} ({values[i]} -> {values[i + 1]})"
+            )
+
+
 def verify_bundle(path: str | Path) -> list[str]:
     """Check that a bundle is complete, untouched and readable by this kit.
 
@@ -45,7 +93,8 @@ def verify_bundle(path: str | Path) -> list[str]:
     Raises:
         BundleError: The first problem found, in one line naming the file: missing
             ``SHA256SUMS``, a listed file missing, a checksum mismatch, an unlisted file, JSON
-            that fails its model (or is newer than this kit), a parquet file of another schema.
+            that fails its model (or is newer than this kit), a parquet file of another schema,
+            a cumulative telemetry counter that goes backwards (:data:`CUMULATIVE_FIELDS`).
     """
     root = bundle_dir(path)
     read_schema_version(root)  # a newer layout is named as such, not as a broken file
@@ -61,5 +110,5 @@ def verify_bundle(path: str | Path) -> list[str]:
         raise BundleError(f"bundle {root}: unlisted file: {unlisted[0]}")
     read_bundle(root)
     check_parquet(root, "steps.parquet", STEPS_SCHEMA)
-    check_parquet(root, "telemetry.parquet", TELEMETRY_SCHEMA)
+    _check_cumulative(root, read_table(root, "telemetry.parquet", TELEMETRY_SCHEMA))
     return sorted(sums)

@@ -2,8 +2,10 @@
 
 Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`) and the errors;
 :mod:`kit.telemetry.fields` the canonical row; one module per backend (``host``, ``nvml``,
-``replay``, ``amdsmi``); :mod:`kit.telemetry.throttle` decodes vendor throttle reasons;
-:mod:`kit.telemetry.sampler` the process that samples them. Adding a backend is adding its
+``replay``, ``amdsmi``, with AMD's hardware quirks in ``amd_quirks``);
+:mod:`kit.telemetry.counters` unwraps every backend's cumulative counters;
+:mod:`kit.telemetry.throttle` decodes vendor throttle reasons; :mod:`kit.telemetry.sampler` the
+process that samples them. Adding a backend is adding its
 module and one line to :data:`SOURCES`.
 
 Backends are named here by ``"module:Class"`` strings and imported only when built, so

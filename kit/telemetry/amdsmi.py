@@ -1,35 +1,36 @@
 """AMD GPU telemetry through AMD SMI (ROCm's ``amdsmi`` package): not yet verified on hardware.
 
-Written against AMD SMI's documented API (the amdsmi 7.0.2 Python interface and ``amdsmi.h``)
-and the amdgpu kernel driver's headers, with no AMD GPU reachable: every reason this backend
-gives, in :meth:`AmdSmiSource.fields` and so in every bundle that uses it, says "not yet
-verified on hardware". ``docs/telemetry-amd.md`` says how to verify it on an MI250 node.
+Written against AMD SMI's own sources with no AMD GPU reachable: the Python package of
+releases 6.1.2, 6.3.3 and 7.0.2 (``amdsmi_interface.py``, ``amdsmi_exception.py``,
+``amdsmi_wrapper.py``), the C library and ``rocm_smi.py`` of ROCm/amdsmi, and the amdgpu kernel
+driver's headers; ``docs/telemetry-amd.md`` lists what was checked where. Every reason this
+backend gives, in :meth:`AmdSmiSource.fields` and so in every bundle that uses it, says "not yet
+verified on hardware".
 
-Per device and tick it reads current and average socket power (``amdsmi_get_power_info``),
-the energy accumulator (``amdsmi_get_energy_count``), hotspot and VRAM temperature
-(``amdsmi_get_temp_metric``), GFX and memory clocks (``amdsmi_get_clock_info``), GFX activity
-(``amdsmi_get_gpu_activity``), VRAM used (``amdsmi_get_gpu_memory_usage``), throttle reasons
-and, where gpu_metrics has them, xGMI data counters (``amdsmi_get_gpu_metrics_info``). What a
-device cannot read is found once, at construction, and stays ``None`` with the reason.
+Per device and tick it makes each AMD SMI call once: socket power
+(``amdsmi_get_power_info``), the energy accumulator (``amdsmi_get_energy_count``), hotspot and
+VRAM temperature (``amdsmi_get_temp_metric``), GFX and memory clocks
+(``amdsmi_get_clock_info``), GFX activity (``amdsmi_get_gpu_activity``), VRAM used
+(``amdsmi_get_gpu_memory_usage``) and gpu_metrics (``amdsmi_get_gpu_metrics_info``: xGMI data
+counters, MI300 throttle residency). It never calls ``amdsmi_get_violation_status``, which
+sleeps 100 ms per device inside the library.
 
-``temp_gpu_c`` is the hotspot (junction) sensor, not the edge one: hotspot is what the SMU's
-thermal throttler acts on (aldebaran ``PPTable_t.ThotspotLimit`` drives ``THROTTLER_TEMP_GPU``),
-and MI300's gpu_metrics (v1.4+) has no edge temperature at all.
+AMD SMI 6.1 and newer are read field by field: where a release lacks a key or a function
+(6.1: no ``target_graphics_version``, ``cur_clk`` for ``clk``, ``power`` for
+``energy_accumulator``, no residency counters), that field is null with the reason. An older
+package, missing the calls every field needs, is refused in one line naming the minimum.
+
+Failures are per device and per field. A read that fails with a status AMD SMI defines as
+transient (RETRY, BUSY, TIMEOUT) gives ``None`` for that tick and is retried on the next; any
+other failure drops that field of that device for the rest of the run, and a device with no
+field left stops giving rows. Each loss is named, with its time, by :meth:`AmdSmiSource.fields`
+called at the end of the run. ``temp_gpu_c`` is the hotspot (junction) sensor: what the SMU's
+thermal throttler acts on, and MI300's gpu_metrics has no edge temperature at all.
 
 Device indices are AMD SMI's (its processor handles, in PCI bus order), which can differ from
-HIP's; match ranks to devices by the UUIDs in :meth:`AmdSmiSource.devices`.
-
-Hardware quirks, each in a small pure function tested without hardware:
-
-(a) MI250: each package has two GCDs, shown as two devices; only the even (primary) one
-    reports power, and it reports the whole package (:func:`mi250_die`,
-    :func:`attribute_package_power`).
-(b) Throttle reasons: MI200 reports ASIC-specific bits in gpu_metrics ``throttle_status``;
-    MI300+ reports through the violation API instead (:func:`decode_amd_throttle_status`,
-    :func:`violation_throttle_bits`).
-(c) The energy counter is known to stall or run backwards on some parts and drivers
-    (ROCm/amdsmi#38, #115): it is checked against power x time before it is trusted
-    (:func:`energy_counter_plausible`, :class:`EnergyCounterCheck`).
+HIP's; match ranks to devices by the UUIDs in :meth:`AmdSmiSource.devices`. The hardware quirks
+(MI250 package power, throttle layouts, the energy counter check and unit) are in
+:mod:`kit.telemetry.amd_quirks`.
 """
 
 import ctypes
@@ -38,21 +39,35 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import dataclass, field
-from functools import lru_cache
-from itertools import pairwise
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
-from kit.bundle.schema import THROTTLE_BITS
+from kit.telemetry.amd_quirks import (
+    ENERGY_CHECK_MIN_S,
+    AsicFamily,
+    EnergyCounterCheck,
+    Mi250Die,
+    ResidencyThrottle,
+    asic_family,
+    decode_amd_throttle_status,
+    energy_unit_j,
+    gfx_target_from_name,
+    is_mi250,
+    mi250_dies,
+    mi250_is_secondary,
+    package_share,
+)
 from kit.telemetry.base import (
     FieldInfo,
     TelemetryError,
     TelemetryNotSupportedError,
     TelemetrySource,
 )
+from kit.telemetry.counters import WrappingCounter, describe_events
 from kit.telemetry.fields import make_row
 
 logger = logging.getLogger(__name__)
@@ -60,24 +75,26 @@ logger = logging.getLogger(__name__)
 NOT_VERIFIED = "not yet verified on hardware"
 """Appended to every reason this backend reports, until an AMD GPU run has checked it."""
 
-MI250_ODD_DIE_REASON = "MI250: package power reported on the primary GCD"
-"""Why an MI250's odd (secondary) GCD has no power or energy of its own."""
+MIN_VERSION = "6.1"
+"""The oldest AMD SMI (ROCm) release whose Python API this backend was checked against."""
 
-ENERGY_CHECK_MIN_S = 1.0
-"""Quirk (c): seconds of samples compared before the energy counter is trusted."""
+REQUIRED_API = (
+    "amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles",
+    "amdsmi_get_gpu_asic_info", "amdsmi_get_power_info", "amdsmi_get_energy_count",
+    "amdsmi_get_temp_metric", "amdsmi_get_clock_info", "amdsmi_get_gpu_activity",
+    "amdsmi_get_gpu_memory_usage", "amdsmi_get_gpu_metrics_info", "AmdSmiException",
+    "AmdSmiLibraryException", "AmdSmiInitFlags", "AmdSmiTemperatureType",
+    "AmdSmiTemperatureMetric", "AmdSmiClkType", "AmdSmiMemoryType",
+)
+"""What every AMD SMI from 6.1 on has, and this backend cannot do without."""
 
-ENERGY_CHECK_MIN_SAMPLES = 5
-"""Quirk (c): samples compared, at least, before the energy counter is trusted."""
-
-ENERGY_RATIO_RANGE = (0.5, 2.0)
-"""Quirk (c): counter / (power x time) outside this range means the counter is broken."""
+TRANSIENT_STATUSES = ("AMDSMI_STATUS_RETRY", "AMDSMI_STATUS_BUSY", "AMDSMI_STATUS_TIMEOUT")
+"""Statuses after which a read is retried on the next tick (AMD SMI's docs:
+``AmdSmiRetryException`` "signals device is busy and call should be retried")."""
 
 MAX_PLAUSIBLE_TEMP_C = 200.0
 """A first temperature above this is not in deg C: amdsmi.h says ``amdsmi_get_temp_metric``
 returns degrees C, AMD SMI's Python docs say millidegrees; such a sensor is not used."""
-
-AsicFamily = Literal["mi200", "mi300"]
-"""Which throttle-reason bit layout a device uses (quirk (b))."""
 
 _LIBRARY_MISSING = (
     "AMD SMI library not found (libamd_smi.so): install ROCm's amd-smi-lib and the amdsmi "
@@ -85,282 +102,14 @@ _LIBRARY_MISSING = (
 )
 
 _ALL_ONES = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
-"""Sentinels AMD SMI writes into a numeric field the device does not support."""
+"""Sentinels AMD SMI leaves in a numeric field the device does not support (only some are
+turned into "N/A" by the Python layer, e.g. power only at 0xFFFF)."""
 
-# --- quirk (a): MI250 package power ---------------------------------------------------------
+_KIB = 1024
+"""Bytes per "KiloByte" of gpu_metrics' xGMI counters (kgd_pp_interface.h says KiloBytes)."""
 
-
-@dataclass(frozen=True)
-class Mi250Die:
-    """Where one MI250 GCD sits: its package (OAM module) and die within it.
-
-    Not yet verified on hardware.
-
-    Attributes:
-        package: Package index, counting packages in AMD SMI device order.
-        die: 0 for the primary GCD (it reports the package's power), 1 for the secondary.
-    """
-
-    package: int
-    die: int
-
-
-def mi250_die(index: int, market_name: str) -> Mi250Die | None:
-    """Return the package and die of an MI250/MI250X GCD; ``None`` for any other GPU.
-
-    Not yet verified on hardware. AMD SMI lists both GCDs of a package next to each other
-    (consecutive PCI functions of one OAM), so devices ``2k`` and ``2k+1`` are package
-    ``k``, the even one primary; Zeus (``zeus/device/gpu/amd.py``) relies on the same pairing.
-    MI210 is a single-GCD MI200 and is not affected.
-
-    Args:
-        index: The device's AMD SMI index.
-        market_name: ``amdsmi_get_gpu_asic_info(...)["market_name"]``.
-    """
-    if "MI250" not in market_name:
-        return None
-    package, die = divmod(index, 2)
-    return Mi250Die(package, die)
-
-
-def attribute_package_power(
-    die: Mi250Die | None, power_w: float | None
-) -> tuple[float | None, str | None]:
-    """Return the power (or energy) to record for one device, and a note on what it covers.
-
-    Not yet verified on hardware. On MI250 the primary GCD reports the power of the whole
-    package and the secondary reports 0 W (ROCm/rocm_smi_lib#160, mlco2/codecarbon#1097):
-    recording that 0 would be a made-up reading, so the secondary's value is ``None``.
-
-    Args:
-        die: :func:`mi250_die` of the device; ``None`` when it is not an MI250.
-        power_w: What AMD SMI read for this device (power, or energy: both are package-wide).
-
-    Returns:
-        ``(value, note)``: the reading and ``None`` on other GPUs; the reading and a note that
-        it covers both GCDs on an MI250 primary; ``None`` and :data:`MI250_ODD_DIE_REASON` on
-        an MI250 secondary.
-    """
-    if die is None:
-        return power_w, None
-    if die.die == 0:
-        return power_w, "MI250: package power of this GCD and the next (secondary) one"
-    return None, MI250_ODD_DIE_REASON
-
-
-# --- quirk (b): throttle reasons --------------------------------------------------------------
-#
-# MI200 (aldebaran) throttle_status: the PMFW's ASIC-specific bits, THROTTLER_*_BIT in
-# drivers/gpu/drm/amd/pm/swsmu/inc/pmfw_if/smu13_driver_if_aldebaran.h; bits 5, 8-10 and
-# 14-18 are spare. aldebaran_ppt.c copies them into gpu_metrics v1.3 unchanged.
-# MI300+ (smu_v13_0_6): gpu_metrics throttle_status is no longer filled (AMD SMI "GPU
-# violations" docs: it reads N/A); the reasons are the five THROTTLER_*_BIT of
-# smu_v13_0_6_pmfw.h, which amdsmi_get_violation_status reports as its active_* flags.
-# Mapping to the kit's bits: PPT (package power tracking) is the power cap; the SMU's own
-# temperature loops (GPU hotspot, memory, VR, socket) are software thermal throttling; PROCHOT
-# is the hardware "processor hot" signal. TDC (current limits) and APCC (peak current
-# control) limit current, not power or temperature, and have no kit bit: "other".
-
-_MI200_THROTTLER: dict[int, tuple[str, str]] = {
-    0: ("PPT0", "power_cap"),
-    1: ("PPT1", "power_cap"),
-    2: ("TDC_GFX", "other"),
-    3: ("TDC_SOC", "other"),
-    4: ("TDC_HBM", "other"),
-    6: ("TEMP_GPU", "thermal_sw"),  # hotspot, against ThotspotLimit
-    7: ("TEMP_MEM", "thermal_sw"),  # HBM, against TmemLimit
-    11: ("TEMP_VR_GFX", "thermal_sw"),
-    12: ("TEMP_VR_SOC", "thermal_sw"),
-    13: ("TEMP_VR_MEM", "thermal_sw"),
-    19: ("APCC", "other"),
-}
-_MI300_THROTTLER: dict[int, tuple[str, str]] = {
-    0: ("PROCHOT", "thermal_hw"),
-    1: ("PPT", "power_cap"),
-    2: ("THERMAL_SOCKET", "thermal_sw"),  # AID, XCD or CCD temperature
-    3: ("THERMAL_VR", "thermal_sw"),
-    4: ("THERMAL_HBM", "thermal_sw"),
-}
-_THROTTLERS: dict[str, dict[int, tuple[str, str]]] = {
-    "mi200": _MI200_THROTTLER,
-    "mi300": _MI300_THROTTLER,
-}
-
-_VIOLATION_FLAGS: dict[str, int] = {
-    "active_prochot_thrm": 0,
-    "active_ppt_pwr": 1,
-    "active_socket_thrm": 2,
-    "active_vr_thrm": 3,
-    "active_hbm_thrm": 4,
-}
-"""``amdsmi_get_violation_status`` flag -> its MI300 throttler bit (smu_v13_0_6_pmfw.h)."""
-
-
-def asic_family(gfx_target: str) -> AsicFamily | None:
-    """Return the throttle bit layout of a GPU from its gfx target, ``None`` if unknown here.
-
-    Not yet verified on hardware.
-
-    Args:
-        gfx_target: ``amdsmi_get_gpu_asic_info(...)["target_graphics_version"]``, e.g.
-            ``"gfx90a"`` (MI200), ``"gfx942"`` (MI300), ``"gfx950"`` (MI350).
-    """
-    if gfx_target == "gfx90a":
-        return "mi200"
-    if gfx_target.startswith(("gfx94", "gfx95")):
-        return "mi300"
-    return None
-
-
-def decode_amd_throttle_status(bits: int, asic_family: AsicFamily) -> int:
-    """Map an AMD throttler bitmask to the kit's throttle bits.
-
-    Not yet verified on hardware.
-
-    Args:
-        bits: MI200: gpu_metrics ``throttle_status``; MI300: :func:`violation_throttle_bits`.
-        asic_family: Which layout ``bits`` uses (:func:`asic_family`).
-
-    Returns:
-        An OR of :data:`~kit.bundle.schema.THROTTLE_BITS`; any bit not known here (a spare or
-        a newer firmware's) sets ``other`` rather than reading as "not throttled".
-
-    Raises:
-        ValueError: ``bits`` is negative.
-    """
-    if bits < 0:
-        raise ValueError(f"not a throttler bitmask: {bits}")
-    out = 0
-    for position, (_, kit_name) in _THROTTLERS[asic_family].items():
-        if bits >> position & 1:
-            out |= THROTTLE_BITS[kit_name]
-            bits &= ~(1 << position)
-    return out | (THROTTLE_BITS["other"] if bits else 0)
-
-
-def violation_throttle_bits(status: Mapping[str, Any]) -> int | None:
-    """Pack the violation API's ``active_*`` flags into MI300 throttler bits.
-
-    Not yet verified on hardware.
-
-    Args:
-        status: What ``amdsmi_get_violation_status`` returned: each ``active_*`` flag is
-            ``True``/``False``, or ``"N/A"`` where the device does not report it.
-
-    Returns:
-        The bitmask for :func:`decode_amd_throttle_status` with ``"mi300"``, or ``None`` when
-        no flag is reported (MI200 and older answer N/A).
-    """
-    flags = {name: status.get(name, "N/A") for name in _VIOLATION_FLAGS}
-    if all(isinstance(v, str) for v in flags.values()):
-        return None
-    return sum(1 << _VIOLATION_FLAGS[name] for name, v in flags.items() if v is True or v == 1)
-
-
-# --- quirk (c): energy counter check ----------------------------------------------------------
-
-
-def energy_counter_plausible(samples: Sequence[tuple[float, float, float]]) -> tuple[bool, str]:
-    """Compare the energy counter's advance with power integrated over the same samples.
-
-    Not yet verified on hardware. A healthy counter advances by about power x time; one that
-    is stuck (ROCm/amdsmi#38), runs backwards (ROCm/amdsmi#115) or is scaled wrongly falls
-    outside :data:`ENERGY_RATIO_RANGE`.
-
-    Args:
-        samples: ``(t_s, power_w, energy_j)`` in time order, at least two.
-
-    Returns:
-        ``(plausible, reason)``; the reason states both energies and their ratio.
-
-    Raises:
-        ValueError: Fewer than two samples.
-    """
-    if len(samples) < 2:
-        raise ValueError("need at least two samples")
-    span_s = samples[-1][0] - samples[0][0]
-    expected_j = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0, _), (t1, p1, _) in pairwise(samples))
-    counted_j = samples[-1][2] - samples[0][2]
-    where = f"over {span_s:.3g} s ({len(samples)} samples)"
-    if expected_j <= 0:
-        return False, f"cannot check the energy counter: power x time is {expected_j:.3g} J {where}"
-    if counted_j == 0:
-        return False, (
-            f"energy counter stuck: it did not advance while power x time gave "
-            f"{expected_j:.3g} J {where}"
-        )
-    ratio = counted_j / expected_j
-    lo, hi = ENERGY_RATIO_RANGE
-    verdict = (
-        f"energy counter advanced {counted_j:.3g} J, power x time gave {expected_j:.3g} J "
-        f"{where}: ratio {ratio:.3g}"
-    )
-    if lo <= ratio <= hi:
-        return True, f"{verdict}, within {lo}..{hi}"
-    return False, f"{verdict}, outside {lo}..{hi}"
-
-
-class EnergyCounterCheck:
-    """Quirk (c) for one device: hold the energy counter back until it has been checked.
-
-    Not yet verified on hardware. The first samples (at least ``min_samples`` over at least
-    ``min_span_s``) are compared by :func:`energy_counter_plausible`; until then, and for the
-    rest of the run if the check fails or the counter later runs backwards, the energy to
-    record is ``None`` and :attr:`reason` says why.
-
-    Args:
-        min_span_s: Seconds of samples to compare.
-        min_samples: Samples to compare, at least 2.
-
-    Attributes:
-        ok: ``None`` while checking, then whether the counter is trusted.
-        reason: The check's verdict, or why the counter was dropped.
-    """
-
-    def __init__(
-        self, min_span_s: float = ENERGY_CHECK_MIN_S, min_samples: int = ENERGY_CHECK_MIN_SAMPLES
-    ) -> None:
-        if min_samples < 2:
-            raise ValueError("min_samples must be at least 2")
-        self._min_span_s = min_span_s
-        self._min_samples = min_samples
-        self._window: list[tuple[float, float, float]] = []
-        self._last_j: float | None = None
-        self.ok: bool | None = None
-        self.reason: str | None = None
-
-    def feed(self, t: float, power_w: float | None, energy_j: float | None) -> float | None:
-        """Take one sample; return the energy to record for it (``None`` when not trusted).
-
-        Not yet verified on hardware.
-
-        Args:
-            t: Sample time, seconds.
-            power_w: Power read in the same sample; samples without it are not compared.
-            energy_j: The counter, joules; ``None`` when the read gave nothing.
-        """
-        if self.ok is False or energy_j is None:
-            return None
-        if self.ok is None:
-            if power_w is not None:
-                self._window.append((t, power_w, energy_j))
-            w = self._window
-            if len(w) < self._min_samples or w[-1][0] - w[0][0] < self._min_span_s:
-                return None
-            self.ok, self.reason = energy_counter_plausible(w)
-            self._window = []
-            if not self.ok:
-                return None
-        elif self._last_j is not None and energy_j < self._last_j:
-            self.ok = False
-            self.reason = (
-                f"energy counter ran backwards at t={t:.3f} s ({self._last_j:.6g} J -> "
-                f"{energy_j:.6g} J); dropped from then on"
-            )
-            return None
-        self._last_j = energy_j
-        return energy_j
-
+_PACKAGE_FIELDS = ("power_w", "power_avg_w", "energy_j")
+"""Fields that cover an MI250's whole package (quirk (a))."""
 
 # --- loading the library and converting its errors --------------------------------------------
 
@@ -388,11 +137,16 @@ def _stdout_captured(sink: io.StringIO) -> Iterator[None]:
         os.close(null_fd)
 
 
-@lru_cache(maxsize=1)
-def _import_amdsmi() -> tuple[ModuleType | None, str]:
-    """Import ``amdsmi`` once, silently; return it, or ``None`` and what went wrong.
+def load_amdsmi() -> ModuleType:
+    """Import the ``amdsmi`` package, or say why it cannot be used here.
 
-    Not yet verified on hardware.
+    Not yet verified on hardware. The import prints nothing. A failed import is tried again on
+    the next call (Python keeps a module only once it imported), which happens once per source.
+
+    Raises:
+        TelemetryNotSupportedError: amdsmi or libamd_smi.so is missing or they do not match
+            (the message starts "AMD SMI library not found (libamd_smi.so)" and says the fix),
+            or the package is older than :data:`MIN_VERSION` (the message names it).
     """
     printed = io.StringIO()
     try:
@@ -405,24 +159,22 @@ def _import_amdsmi() -> tuple[ModuleType | None, str]:
         said = " ".join(printed.getvalue().split())
         why = f"{type(e).__name__}: {e}" + (f"; amdsmi printed: {said}" if said else "")
         logger.info("amdsmi not importable: %s", why)
-        return None, why
-    return module, ""
-
-
-def load_amdsmi() -> ModuleType:
-    """Import the ``amdsmi`` package, or say why it cannot be used here.
-
-    Not yet verified on hardware. The import is tried once per process (later calls reuse
-    the answer) and prints nothing.
-
-    Raises:
-        TelemetryNotSupportedError: amdsmi or libamd_smi.so is missing or they do not match;
-            the message starts "AMD SMI library not found (libamd_smi.so)" and says the fix.
-    """
-    module, why = _import_amdsmi()
-    if module is None:
-        raise TelemetryNotSupportedError(f"{_LIBRARY_MISSING} ({why})")
+        raise TelemetryNotSupportedError(f"{_LIBRARY_MISSING} ({why})") from None
+    missing = [name for name in REQUIRED_API if not hasattr(module, name)]
+    if missing:
+        raise TelemetryNotSupportedError(
+            f"amdsmi {amdsmi_version(module)} lacks {', '.join(missing)}: the amdsmi backend "
+            f"needs AMD SMI {MIN_VERSION} (ROCm {MIN_VERSION}) or newer"
+        )
     return module
+
+
+def amdsmi_version(smi: ModuleType) -> str:
+    """The amdsmi package's release (``amdsmi.__version__``, e.g. "6.3.3").
+
+    Not yet verified on hardware. "(unknown version)" when the package has none (ROCm 5.x).
+    """
+    return str(getattr(smi, "__version__", "(unknown version)"))
 
 
 _ERROR_HINTS: dict[str, tuple[type[TelemetryError], str | None]] = {
@@ -454,14 +206,24 @@ def _describe(e: Exception) -> str:
     return " ".join(str(e).split())
 
 
+def _status_is(smi: ModuleType, e: Exception, names: Sequence[str]) -> bool:
+    """Whether AMD SMI exception ``e`` carries one of the named statuses.
+
+    Not yet verified on hardware.
+    """
+    code = getattr(e, "err_code", None)
+    return code is not None and any(
+        getattr(smi.amdsmi_wrapper, name, None) == code for name in names
+    )
+
+
 def _convert(smi: ModuleType, e: Exception, what: str) -> TelemetryError:
     """Turn an ``amdsmi.AmdSmiException`` into the kit's exception, saying what failed.
 
     Not yet verified on hardware.
     """
-    code = getattr(e, "err_code", None)
     for name, (cls, hint) in _ERROR_HINTS.items():
-        if code is not None and getattr(smi.amdsmi_wrapper, name, None) == code:
+        if _status_is(smi, e, [name]):
             return cls(f"{what}: {_describe(e)}" + (f" ({hint})" if hint else ""))
     return TelemetryError(f"{what}: {_describe(e)}")
 
@@ -480,18 +242,6 @@ def _amdsmi_errors(smi: ModuleType, what: str) -> Iterator[None]:
 
 # --- reading one device -----------------------------------------------------------------------
 
-_Reader = Callable[[], float | int | None]
-"""Reads one field in canonical units; ``None`` when AMD SMI says N/A this time."""
-
-_PACKAGE_FIELDS = ("power_w", "power_avg_w", "energy_j")
-"""Fields that cover an MI250's whole package (quirk (a))."""
-
-_SINCE_START = ("link_tx_bytes", "link_rx_bytes")
-"""Cumulative counters reported relative to their first reading."""
-
-_KIB = 1024
-"""Bytes per "KiloByte" of gpu_metrics' xGMI counters (kgd_pp_interface.h says KiloBytes)."""
-
 
 def _num(value: Any) -> float | None:
     """A reading as a float; ``None`` where AMD SMI marks it unsupported ("N/A" or all ones).
@@ -503,13 +253,189 @@ def _num(value: Any) -> float | None:
     return float(value)
 
 
-def _sum_kib(values: Sequence[Any]) -> int | None:
-    """Bytes in per-link KiB counters, summed over the links that report; ``None`` if none.
+def _key(answer: dict[str, Any], *names: str) -> Any:
+    """The first of ``names`` present in an AMD SMI answer (releases rename keys).
+
+    Not yet verified on hardware.
+
+    Raises:
+        KeyError: None of them is there; the message names them.
+    """
+    for name in names:
+        if name in answer:
+            return answer[name]
+    raise KeyError(" or ".join(names))
+
+
+class _Tick:
+    """One device's AMD SMI answers within one tick: each call made once, its failure kept.
+
+    Not yet verified on hardware.
+
+    Args:
+        smi: The amdsmi module.
+        t: The tick's time, unix seconds.
+    """
+
+    def __init__(self, smi: ModuleType, t: float) -> None:
+        self._smi = smi
+        self.t = t
+        self._answers: dict[str, tuple[Any, Exception | None]] = {}
+
+    def get(self, key: str, call: Callable[[], Any]) -> Any:
+        """``call()``'s answer, made on the first ``get`` of ``key`` this tick.
+
+        Not yet verified on hardware.
+        """
+        if key not in self._answers:
+            try:
+                self._answers[key] = (call(), None)
+            except self._smi.AmdSmiException as e:
+                self._answers[key] = (None, e)
+        answer, error = self._answers[key]
+        if error is not None:
+            raise error
+        return answer
+
+
+_Reader = Callable[[_Tick], float | int | None]
+"""Reads one field in canonical units; ``None`` when AMD SMI says N/A this time."""
+
+
+class _Xgmi:
+    """An xGMI data counter: bytes since the first read, summed over links.
+
+    Not yet verified on hardware. Each link is unwrapped on its own.
+
+    gpu_metrics v1.4+ (MI300) has per-link ``xgmi_read_data_acc`` / ``xgmi_write_data_acc``
+    in KiB, 64-bit: a drop is a reset, not a wrap. MI200's v1.3 has none and reads N/A.
+    """
+
+    def __init__(self, metrics: Callable[[_Tick], dict[str, Any]], key: str) -> None:
+        self._metrics = metrics
+        self._key = key
+        self._links: dict[int, WrappingCounter] = {}
+
+    def __call__(self, tick: _Tick) -> int | None:
+        """Bytes since the first read; ``None`` when no link reports or one reset.
+
+        Not yet verified on hardware.
+        """
+        reset = False
+        for link, kib in enumerate(self._metrics(tick)[self._key]):
+            if _num(kib) is not None:
+                counter = self._links.setdefault(link, WrappingCounter(None))
+                reset |= counter.update(kib, tick.t) is None
+        if reset or not self._links:
+            return None
+        return int(sum(c.advance for c in self._links.values()) * _KIB)
+
+    def events(self) -> str | None:
+        """The links' resets, in one sentence. Not yet verified on hardware."""
+        return describe_events(list(self._links.values()), f"gpu_metrics {self._key}")
+
+
+class _Mi300Throttle:
+    """MI300+ throttle reasons from gpu_metrics residency counters (quirk (b)).
 
     Not yet verified on hardware.
     """
-    read = [v for v in map(_num, values) if v is not None]
-    return int(sum(read) * _KIB) if read else None
+
+    def __init__(self, metrics: Callable[[_Tick], dict[str, Any]]) -> None:
+        self._metrics = metrics
+        self._residency = ResidencyThrottle()
+
+    def probe(self, tick: _Tick) -> float | None:
+        """The accumulation counter, to see the counters exist; primes the first interval.
+
+        Not yet verified on hardware.
+        """
+        metrics = self._metrics(tick)
+        self._residency.update(metrics, tick.t)
+        return _num(metrics["accumulation_counter"])
+
+    def __call__(self, tick: _Tick) -> int | None:
+        """The kit's throttle bits over the last interval. Not yet verified on hardware."""
+        bits = self._residency.update(self._metrics(tick), tick.t)
+        return None if bits is None else decode_amd_throttle_status(bits, "mi300")
+
+    def events(self) -> str | None:
+        """The residency counters' wraps. Not yet verified on hardware."""
+        return self._residency.describe_events()
+
+
+class _Energy:
+    """The energy accumulator in joules: exact unit, unwrapped, and checked (quirks (c), (d)).
+
+    Not yet verified on hardware.
+
+    Args:
+        read_raw: Returns ``amdsmi_get_energy_count``'s dict.
+        power: Reads the power that vouches for the counter, in the same tick.
+        gfx_target: The device's gfx target, when known (for the unit).
+    """
+
+    def __init__(self, read_raw: Callable[[_Tick], dict[str, Any]], power: _Reader,
+                 gfx_target: str | None) -> None:
+        self._read_raw = read_raw
+        self._power = power
+        self._gfx_target = gfx_target
+        self._counter = WrappingCounter(None)  # amdsmi's energy_accumulator is uint64
+        self._first: float | None = None
+        self.unit_j: float | None = None
+        self.unit_note = ""
+        self.check = EnergyCounterCheck()
+
+    def _raw(self, tick: _Tick) -> float | None:
+        """The raw accumulator; the first answer also fixes the unit.
+
+        Not yet verified on hardware.
+        """
+        answer = self._read_raw(tick)
+        if self.unit_j is None:
+            self.unit_j, self.unit_note = energy_unit_j(
+                self._gfx_target, float(answer["counter_resolution"]))
+        # releases before 6.3 name the accumulator "power"; 6.3 has both, 7.0 only the new name
+        return _num(_key(answer, "energy_accumulator", "power"))
+
+    def _unwrapped(self, raw: float, t: float) -> float | None:
+        """Counts since the driver started, unwrapped; ``None`` on a reset.
+
+        Not yet verified on hardware.
+        """
+        if self._first is None:
+            self._first = raw
+        advance = self._counter.update(raw, t)
+        return None if advance is None else self._first + advance
+
+    def probe(self, tick: _Tick) -> float | None:
+        """The raw accumulator, also its first reading. Not yet verified on hardware."""
+        raw = self._raw(tick)
+        if raw is not None:
+            self._unwrapped(raw, tick.t)
+        return raw
+
+    def __call__(self, tick: _Tick) -> float | None:
+        """Joules, once the counter is trusted; ``None`` before and after.
+
+        Not yet verified on hardware.
+        """
+        if self.check.ok is False:
+            return None
+        raw = self._raw(tick)
+        if raw is None:
+            return None
+        before = (self._first or 0.0) + self._counter.advance
+        counts = self._unwrapped(raw, tick.t)
+        if counts is None:
+            self.check.drop(f"energy counter ran backwards at t={tick.t:.3f} ({before:.0f} -> "
+                            f"{raw:.0f} counts; ROCm/amdsmi#115); dropped from then on")
+            return None
+        return self.check.feed(tick.t, self._power(tick), counts * (self.unit_j or 0.0))
+
+    def events(self) -> str:
+        """The unit used and the check's verdict so far. Not yet verified on hardware."""
+        return "; ".join(filter(None, [self.unit_note, self.check.reason]))
 
 
 def _raw_throttle_status(smi: ModuleType, handle: Any) -> int | None:
@@ -517,9 +443,10 @@ def _raw_throttle_status(smi: ModuleType, handle: Any) -> int | None:
 
     Not yet verified on hardware.
 
-    amdsmi 7.0.2's ``amdsmi_get_gpu_metrics_info`` turns ``throttle_status`` into a bool
-    (``_validate_if_max_uint(..., isBool=True)``), losing which limiter is active, so the same
-    documented C call is made through the package's own ctypes binding to keep the bits.
+    ``amdsmi_get_gpu_metrics_info`` turns ``throttle_status`` into a bool in every release
+    checked (6.1.2: ``bool(...)``; 6.3.3 and 7.0.2: ``_validate_if_max_uint(..., isBool=True)``),
+    losing which limiter is active, so the same documented C call is made through the
+    package's own ctypes binding (``amdsmi_wrapper``) to keep the bits.
     """
     w = smi.amdsmi_wrapper
     metrics = w.amdsmi_gpu_metrics_t()
@@ -530,7 +457,7 @@ def _raw_throttle_status(smi: ModuleType, handle: Any) -> int | None:
 
 
 def _readers(
-    smi: ModuleType, h: Any, family: AsicFamily | None
+    smi: ModuleType, h: Any, family: AsicFamily | None, gfx_target: str | None
 ) -> dict[str, tuple[str, _Reader] | str]:
     """Every canonical GPU field: ``(label, reader)`` on this device, or why there is none.
 
@@ -538,49 +465,47 @@ def _readers(
     """
     current = smi.AmdSmiTemperatureMetric.CURRENT
 
+    def metrics(tick: _Tick) -> dict[str, Any]:
+        return tick.get("gpu_metrics", lambda: smi.amdsmi_get_gpu_metrics_info(h))
+
     def power(key: str) -> tuple[str, _Reader]:
         # Watts (amdsmi.h, amdsmi_power_info_t): current_socket_power on MI300+,
         # average_socket_power on MI200 and older; the other reads N/A.
-        return f"amdsmi_get_power_info {key}", lambda: _num(smi.amdsmi_get_power_info(h)[key])
-
-    def energy_j() -> float | None:
-        e = smi.amdsmi_get_energy_count(h)
-        # energy_accumulator x counter_resolution is microjoules (AMD SMI Python API docs);
-        # releases before ROCm 6.4 name the accumulator "power".
-        acc = _num(e.get("energy_accumulator", e.get("power")))
-        return None if acc is None else acc * float(e["counter_resolution"]) * 1e-6
+        return f"amdsmi_get_power_info {key}", lambda tick: _num(
+            tick.get("power_info", lambda: smi.amdsmi_get_power_info(h))[key])
 
     def temp(sensor: Any) -> tuple[str, _Reader]:
-        return f"amdsmi_get_temp_metric {sensor.name}", lambda: _num(
-            smi.amdsmi_get_temp_metric(h, sensor, current)
+        return f"amdsmi_get_temp_metric {sensor.name}", lambda tick: _num(
+            tick.get(f"temp {sensor.name}", lambda: smi.amdsmi_get_temp_metric(h, sensor, current))
         )
 
     def clock(kind: Any) -> tuple[str, _Reader]:
-        return f"amdsmi_get_clock_info {kind.name}", lambda: _num(
-            smi.amdsmi_get_clock_info(h, kind)["clk"]
-        )
+        # "clk" from 6.2 on; 6.1 names it "cur_clk"
+        return f"amdsmi_get_clock_info {kind.name}", lambda tick: _num(_key(
+            tick.get(f"clock {kind.name}", lambda: smi.amdsmi_get_clock_info(h, kind)),
+            "clk", "cur_clk"))
 
-    def xgmi(key: str) -> tuple[str, _Reader]:
-        # gpu_metrics v1.4+ (MI300); MI200's v1.3 has no such counters and reads N/A.
-        return f"amdsmi_get_gpu_metrics_info {key}", lambda: _sum_kib(
-            smi.amdsmi_get_gpu_metrics_info(h)[key]
-        )
-
-    def used_bytes() -> int | None:
-        used = _num(smi.amdsmi_get_gpu_memory_usage(h, smi.AmdSmiMemoryType.VRAM))
+    def used_bytes(tick: _Tick) -> int | None:
+        used = _num(tick.get("vram", lambda: smi.amdsmi_get_gpu_memory_usage(
+            h, smi.AmdSmiMemoryType.VRAM)))
         return None if used is None else int(used)
+
+    def check_power(tick: _Tick) -> float | None:
+        info = tick.get("power_info", lambda: smi.amdsmi_get_power_info(h))
+        return next((p for p in map(_num, (info.get("current_socket_power"),
+                                           info.get("average_socket_power"))) if p is not None),
+                    None)
 
     throttle: tuple[str, _Reader] | str
     if family == "mi200":
         throttle = (
             "gpu_metrics throttle_status (MI200 bits)",
-            lambda: _decoded(_raw_throttle_status(smi, h), "mi200"),
+            lambda tick: _decoded(tick.get("raw_throttle", lambda: _raw_throttle_status(smi, h))),
         )
     elif family == "mi300":
-        throttle = (
-            "amdsmi_get_violation_status active_* flags",
-            lambda: _decoded(violation_throttle_bits(smi.amdsmi_get_violation_status(h)), "mi300"),
-        )
+        throttle = ("gpu_metrics accumulation_counter and *_residency_acc, differenced between "
+                    "ticks (what amdsmi_get_violation_status computes, without its 100 ms sleep)",
+                    _Mi300Throttle(metrics))
     else:
         throttle = "throttle decoding is written for MI200 (gfx90a) and MI300+ (gfx94x/95x) only"
     no_pcie = (
@@ -591,20 +516,25 @@ def _readers(
     return {
         "power_w": power("current_socket_power"),
         "power_avg_w": power("average_socket_power"),
-        "energy_j": ("amdsmi_get_energy_count", energy_j),
+        "energy_j": ("amdsmi_get_energy_count", _Energy(
+            lambda tick: tick.get("energy", lambda: smi.amdsmi_get_energy_count(h)),
+            check_power, gfx_target)),
         "temp_gpu_c": temp(smi.AmdSmiTemperatureType.HOTSPOT),
         "temp_mem_c": temp(smi.AmdSmiTemperatureType.VRAM),
         "clock_sm_mhz": clock(smi.AmdSmiClkType.GFX),
         "clock_mem_mhz": clock(smi.AmdSmiClkType.MEM),
         "util_gpu_pct": (
             "amdsmi_get_gpu_activity gfx_activity",
-            lambda: _num(smi.amdsmi_get_gpu_activity(h)["gfx_activity"]),
+            lambda tick: _num(tick.get("activity", lambda: smi.amdsmi_get_gpu_activity(h))[
+                "gfx_activity"]),
         ),
         "mem_used_bytes": ("amdsmi_get_gpu_memory_usage VRAM", used_bytes),
         "throttle": throttle,
         # gpu_metrics names the directions read and write; read data arrives at this GPU.
-        "link_rx_bytes": xgmi("xgmi_read_data_acc"),
-        "link_tx_bytes": xgmi("xgmi_write_data_acc"),
+        "link_rx_bytes": ("amdsmi_get_gpu_metrics_info xgmi_read_data_acc",
+                          _Xgmi(metrics, "xgmi_read_data_acc")),
+        "link_tx_bytes": ("amdsmi_get_gpu_metrics_info xgmi_write_data_acc",
+                          _Xgmi(metrics, "xgmi_write_data_acc")),
         "pcie_tx_bytes": no_pcie,
         "pcie_rx_bytes": no_pcie,
         "viol_power_s": no_viol,
@@ -612,23 +542,58 @@ def _readers(
     }
 
 
-def _decoded(bits: int | None, family: AsicFamily) -> int | None:
-    """:func:`decode_amd_throttle_status`, passing ``None`` (not reported) through.
+def _decoded(bits: int | None) -> int | None:
+    """MI200 :func:`decode_amd_throttle_status`, passing ``None`` (not reported) through.
 
     Not yet verified on hardware.
     """
-    return None if bits is None else decode_amd_throttle_status(bits, family)
+    return None if bits is None else decode_amd_throttle_status(bits, "mi200")
 
 
-def _scaled(value: Any, factor: float) -> float | None:
-    """``value`` x ``factor``, or ``None`` where AMD SMI says N/A. Not yet verified on hardware."""
-    number = _num(value)
-    return None if number is None else number * factor
+@dataclass
+class _Field:
+    """How one canonical field is read on one device, and what became of it.
+
+    Not yet verified on hardware.
+
+    Attributes:
+        read: The reader; ``None`` when the field is not read on this device.
+        note: How it is read, or why it is not.
+        probed: What the first read, at construction, gave (raw for the energy counter).
+        wrote: Whether a value reached a row.
+        lost: Why and when it stopped being read, if it did.
+        retries: Transient failures so far, and the first one's time and status.
+    """
+
+    read: _Reader | None
+    note: str
+    probed: float | None = None
+    wrote: bool = False
+    lost: str | None = None
+    retries: int = 0
+    first_retry: str = ""
+
+    def describe(self) -> tuple[bool, str]:
+        """Whether the field gave (or can give) values on this device, and what to say.
+
+        Not yet verified on hardware.
+        """
+        parts = [self.note]
+        events = getattr(self.read, "events", None)
+        parts.append(events() if events else None)
+        if self.retries:
+            parts.append(f"{self.retries} transient failure(s), each retried on the next tick; "
+                         f"the first {self.first_retry}")
+        parts.append(self.lost)
+        energy = self.read if isinstance(self.read, _Energy) else None
+        untrusted = energy is not None and energy.check.ok is False
+        readable = self.read is not None and (self.wrote or (not self.lost and not untrusted))
+        return readable, "; ".join(p for p in parts if p)
 
 
 @dataclass
 class _Device:
-    """One GPU: its handle, what it is, how each readable field is read, what each field is.
+    """One GPU: its handle, what it is, and each field's reader and state.
 
     Not yet verified on hardware.
     """
@@ -636,13 +601,14 @@ class _Device:
     index: int
     handle: Any
     name: str
-    die: Mi250Die | None
-    reads: dict[str, _Reader] = field(default_factory=dict)
-    baselines: dict[str, float] = field(default_factory=dict)
-    info: dict[str, FieldInfo] = field(default_factory=dict)
-    energy_check: EnergyCounterCheck | None = None
-    check_power: str | None = None
-    energy_note: str = ""
+    gfx_target: str | None
+    gfx_note: str
+    fields: dict[str, _Field] = field(default_factory=dict)
+    die: Mi250Die | None = None
+
+    def live(self) -> bool:
+        """Whether any field is still read. Not yet verified on hardware."""
+        return any(f.read is not None and not f.lost for f in self.fields.values())
 
 
 def _with_unverified(reason: str | None) -> str:
@@ -663,9 +629,10 @@ class AmdSmiSource(TelemetrySource):
 
     Raises:
         TelemetryNotSupportedError: amdsmi or libamd_smi.so is missing ("AMD SMI library not
-            found"), AMD SMI does not start (no driver, permissions; the message says how to
-            fix it), the node has no GPU, or ``devices`` names one that does not exist.
-        TelemetryError: AMD SMI failed otherwise while opening a device.
+            found") or older than 6.1, AMD SMI does not start (no driver, permissions; the
+            message says how to fix it), the node has no GPU, ``devices`` names one that does
+            not exist, or no device could be opened.
+        TelemetryError: AMD SMI failed otherwise while listing the devices.
     """
 
     name = "amdsmi"
@@ -674,6 +641,7 @@ class AmdSmiSource(TelemetrySource):
         smi = load_amdsmi()
         self._smi = smi
         self._node = node
+        self._version = amdsmi_version(smi)
         with _amdsmi_errors(smi, "AMD SMI did not start (amdsmi_init)"):
             smi.amdsmi_init(smi.AmdSmiInitFlags.INIT_AMD_GPUS)
         try:
@@ -685,7 +653,13 @@ class AmdSmiSource(TelemetrySource):
                     f"AMD SMI sees {len(handles)} GPU(s) on this node; cannot sample devices "
                     f"{wanted}"
                 )
-            self._devices = [self._open(i, handles[i]) for i in wanted]
+            self._unopened: dict[int, str] = {}
+            self._devices = [d for i in wanted if (d := self._open(i, handles[i]))]
+            if not self._devices:
+                raise TelemetryNotSupportedError(
+                    "no AMD GPU could be opened: " + "; ".join(
+                        f"device {i}: {why}" for i, why in self._unopened.items()))
+            self._place_mi250_dies()
             self._facts = [self._static_facts(d) for d in self._devices]
         except BaseException:
             with suppress(smi.AmdSmiException):
@@ -693,69 +667,99 @@ class AmdSmiSource(TelemetrySource):
             raise
         self._closed = False
 
-    def _open(self, index: int, handle: Any) -> _Device:
+    def _open(self, index: int, handle: Any) -> _Device | None:
         """Identify the device and find, once, how each field is read on it.
+
+        Returns ``None`` (and keeps the reason) when even its identity cannot be read.
 
         Not yet verified on hardware.
         """
-        with _amdsmi_errors(self._smi, f"device {index} amdsmi_get_gpu_asic_info"):
-            asic = self._smi.amdsmi_get_gpu_asic_info(handle)
-        market_name = str(asic["market_name"])
-        dev = _Device(index, handle, market_name, mi250_die(index, market_name))
-        family = asic_family(str(asic["target_graphics_version"]))
-        for column, how in _readers(self._smi, handle, family).items():
-            dev.info[column] = self._adopt(dev, column, how)
-        self._setup_energy_check(dev)
+        smi = self._smi
+        try:
+            asic = smi.amdsmi_get_gpu_asic_info(handle)
+        except smi.AmdSmiException as e:
+            self._unopened[index] = f"amdsmi_get_gpu_asic_info: {_describe(e)}"
+            return None
+        name = str(asic.get("market_name", "N/A"))
+        gfx = asic.get("target_graphics_version")
+        if isinstance(gfx, str) and gfx.startswith("gfx"):
+            gfx_target, gfx_note = gfx, "from amdsmi_get_gpu_asic_info"
+        else:
+            gfx_target = gfx_target_from_name(name)
+            gfx_note = (f"from the market name (amdsmi {self._version} has no "
+                        "target_graphics_version)")
+        dev = _Device(index, handle, name, gfx_target, gfx_note)
+        family = asic_family(gfx_target) if gfx_target else None
+        tick = _Tick(smi, time.time())
+        for column, how in _readers(smi, handle, family, gfx_target).items():
+            dev.fields[column] = self._adopt(column, how, tick)
         return dev
 
-    def _adopt(self, dev: _Device, name: str, how: tuple[str, _Reader] | str) -> FieldInfo:
-        """Use ``how`` for field ``name`` if it reads on ``dev``; else say why not.
+    def _adopt(self, name: str, how: tuple[str, _Reader] | str, tick: _Tick) -> _Field:
+        """Use ``how`` for field ``name`` if it reads on this device; else say why not.
 
         Not yet verified on hardware.
         """
         if isinstance(how, str):
-            return FieldInfo(False, how)
+            return _Field(None, how)
         label, read = how
+        probe = getattr(read, "probe", read)
         try:
-            value = read()
+            value = probe(tick)
         except self._smi.AmdSmiException as e:
-            return FieldInfo(False, f"{label}: {_describe(e)}")
+            if _status_is(self._smi, e, TRANSIENT_STATUSES):
+                return _Field(read, f"read from {label} (its first read answered "
+                                    f"{_describe(e)}; retried every tick)")
+            return _Field(None, f"{label}: {_describe(e)}")
+        except KeyError as e:
+            return _Field(None, f"{label}: amdsmi {self._version} returns no {e} (checked "
+                                f"against AMD SMI 6.1.2, 6.3.3, 7.0.2)")
         if value is None:
-            return FieldInfo(False, f"{label}: AMD SMI reports N/A on this device")
-        note = f"read from {label}"
-        if name in _PACKAGE_FIELDS:
-            attributed, package_note = attribute_package_power(dev.die, float(value))
-            if attributed is None:
-                return FieldInfo(False, package_note)
-            note = f"{note}; {package_note}" if package_note else note
+            return _Field(None, f"{label}: AMD SMI reports N/A on this device")
         if name.startswith("temp_") and value > MAX_PLAUSIBLE_TEMP_C:
-            return FieldInfo(False, f"{label} read {value}, not a temperature in deg C")
-        if name in _SINCE_START:
-            dev.baselines[name] = value
-        dev.reads[name] = read
-        return FieldInfo(True, note)
+            return _Field(None, f"{label} read {value}, not a temperature in deg C")
+        return _Field(read, f"read from {label}", probed=value)
 
-    def _setup_energy_check(self, dev: _Device) -> None:
-        """Quirk (c): hold the energy counter back until it agrees with power x time.
+    def _place_mi250_dies(self) -> None:
+        """Quirk (a): decide each MI250 package's primary from its first readings.
+
+        The package's power and energy are then read on the primary alone.
 
         Not yet verified on hardware.
         """
-        if "energy_j" not in dev.reads:
+        observed = {
+            d.index: mi250_is_secondary(
+                d.fields["energy_j"].probed,
+                next((f.probed for p in ("power_w", "power_avg_w")
+                      if (f := d.fields[p]).probed is not None), None))
+            for d in self._devices if is_mi250(d.name)
+        }
+        dies = mi250_dies(observed)
+        for d in self._devices:
+            d.die = dies.get(d.index)
+            for name in _PACKAGE_FIELDS:
+                f = d.fields[name]
+                if f.read is None or d.die is None:
+                    continue
+                kept, note = package_share(d.die)
+                f.note = f"{f.note}; {note}" if kept else note
+                f.read = f.read if kept else None
+            self._setup_energy(d)
+
+    def _setup_energy(self, dev: _Device) -> None:
+        """Quirk (c): the energy counter needs a power reading to vouch for it.
+
+        Not yet verified on hardware.
+        """
+        f = dev.fields["energy_j"]
+        if f.read is None:
             return
-        dev.check_power = next((p for p in ("power_w", "power_avg_w") if p in dev.reads), None)
-        if dev.check_power is None:
-            del dev.reads["energy_j"]
-            dev.info["energy_j"] = FieldInfo(
-                False, "energy counter not used: no power reading on this device to check it"
-            )
+        if all(dev.fields[p].read is None for p in ("power_w", "power_avg_w")):
+            f.read = None
+            f.note = "energy counter not used: no power reading on this device to check it"
             return
-        dev.energy_check = EnergyCounterCheck()
-        dev.energy_note = str(dev.info["energy_j"].reason)
-        dev.info["energy_j"] = FieldInfo(
-            True,
-            f"{dev.energy_note}; null until checked against {dev.check_power} x time over "
-            f"the first {ENERGY_CHECK_MIN_S:g} s",
-        )
+        f.note = (f"{f.note}; null until checked against power x time over the first "
+                  f"{ENERGY_CHECK_MIN_S:g} s")
 
     def _static_facts(self, dev: _Device) -> dict[str, Any]:
         """Read the facts :meth:`devices` reports; one AMD SMI cannot read is left out.
@@ -774,17 +778,21 @@ class AmdSmiSource(TelemetrySource):
                 smi.amdsmi_get_gpu_memory_total(h, smi.AmdSmiMemoryType.VRAM), 1
             ),
         }
-        facts: dict[str, Any] = {"device": dev.index, "name": dev.name}
+        facts: dict[str, Any] = {"device": dev.index, "name": dev.name,
+                                 "amdsmi_version": self._version}
+        if dev.gfx_target:
+            facts["gfx_target"] = f"{dev.gfx_target} ({dev.gfx_note})"
         for key, read in reads.items():
             try:
                 value = read()
-            except smi.AmdSmiException as e:
+            except (smi.AmdSmiException, AttributeError, KeyError) as e:
                 logger.info("AMD SMI device %d: %s unreadable: %s", dev.index, key, e)
                 continue
             if value is not None:
                 facts[key] = int(value) if key == "memory_total_bytes" else value
         if dev.die is not None:
-            facts.update(package=dev.die.package, die=dev.die.die)
+            facts.update(package=dev.die.package, die=dev.die.die,
+                         die_evidence=f"{dev.die.evidence}; {NOT_VERIFIED}")
         return facts
 
     def fields(self) -> dict[str, FieldInfo]:
@@ -792,65 +800,72 @@ class AmdSmiSource(TelemetrySource):
 
         A field is readable when at least one device reads it (the others write ``None``).
         ``reason`` names, per group of devices, how the field is read or why it is not, and
-        always ends with "not yet verified on hardware". ``energy_j`` turns unreadable, with
-        the check's verdict, on a device whose counter failed quirk (c)'s check.
+        always ends with "not yet verified on hardware". Called again at the end of a run it
+        gives the final verdicts: the energy counter check, counter wraps and resets, transient
+        failures retried, and every field lost mid-run, with its time.
         """
         out: dict[str, FieldInfo] = {}
-        for name in self._devices[0].info:
+        for name in self._devices[0].fields:
             by_reason: dict[str, list[int]] = {}
+            readable = False
             for d in self._devices:
-                by_reason.setdefault(str(d.info[name].reason), []).append(d.index)
+                ok, text = d.fields[name].describe()
+                readable |= ok
+                by_reason.setdefault(text, []).append(d.index)
+            for index, why in self._unopened.items():
+                by_reason.setdefault(f"not opened: {why}", []).append(index)
             text = "; ".join(
                 f"device {','.join(map(str, idx))}: {r}" for r, idx in by_reason.items()
             )
-            readable = any(d.info[name].readable for d in self._devices)
             out[name] = FieldInfo(readable, _with_unverified(text))
         return out
 
     def devices(self) -> list[dict[str, Any]]:
-        """Name, UUID, power cap, max GFX clock, VRAM size and, on MI250, package and die.
+        """Name, UUID, power cap, max GFX clock, VRAM size, gfx target and amdsmi release.
 
-        Not yet verified on hardware.
+        Not yet verified on hardware. On MI250 also the package and die observed, and why.
         """
         return list(self._facts)
 
     def _read(self, dev: _Device, t: float) -> dict[str, Any]:
-        """Read every readable field of one device, in canonical units.
+        """Read every live field of one device, in canonical units; keep each failure.
 
         Not yet verified on hardware.
         """
+        smi = self._smi
+        tick = _Tick(smi, t)
         values: dict[str, Any] = {}
-        for name, read in dev.reads.items():
-            value = read()
-            if value is not None and name in dev.baselines:
-                value = int(value - dev.baselines[name])
+        for name, f in dev.fields.items():
+            if f.read is None or f.lost:
+                continue
+            try:
+                value = f.read(tick)
+            except smi.AmdSmiException as e:
+                if not _status_is(smi, e, TRANSIENT_STATUSES):
+                    f.lost = f"lost at t={t:.3f}: {_describe(e)}"
+                    continue
+                f.retries += 1
+                f.first_retry = f.first_retry or f"at t={t:.3f}: {_describe(e)}"
+                value = None
+            except KeyError as e:
+                f.lost = f"lost at t={t:.3f}: amdsmi {self._version} returned no {e}"
+                continue
+            f.wrote |= value is not None
             values[name] = value
-        check = dev.energy_check
-        if check is not None and dev.check_power is not None:
-            was = check.ok
-            values["energy_j"] = check.feed(t, values.get(dev.check_power), values["energy_j"])
-            if check.ok is not was:
-                why = f"{dev.energy_note}; {check.reason}" if check.ok else check.reason
-                dev.info["energy_j"] = FieldInfo(bool(check.ok), why)
-            if check.ok is False:
-                del dev.reads["energy_j"]
-                dev.energy_check = None
         return values
 
     def sample(self, t: float) -> list[dict[str, Any]]:
         """Read every device once; see :meth:`TelemetrySource.sample`.
 
-        Not yet verified on hardware.
-
-        Raises:
-            TelemetryError: An AMD SMI read that worked at construction failed (e.g. the GPU
-                was reset); the message names the device.
+        Not yet verified on hardware. Never raises for a device's failure: a failed field of a
+        device is null from then on (or retried, if transient), and a device with no field
+        left gives no more rows; :meth:`fields` says what was lost when.
         """
         rows = []
         for dev in self._devices:
-            with _amdsmi_errors(self._smi, f"device {dev.index}"):
+            if dev.live():
                 values = self._read(dev, t)
-            rows.append(make_row(t, self._node, dev.index, "gpu", **values))
+                rows.append(make_row(t, self._node, dev.index, "gpu", **values))
         return rows
 
     def close(self) -> None:
@@ -865,3 +880,9 @@ class AmdSmiSource(TelemetrySource):
             self._smi.amdsmi_shut_down()
         except self._smi.AmdSmiException as e:
             logger.warning("amdsmi_shut_down failed: %s", e)
+
+
+def _scaled(value: Any, factor: float) -> float | None:
+    """``value`` x ``factor``, or ``None`` where AMD SMI says N/A. Not yet verified on hardware."""
+    number = _num(value)
+    return None if number is None else number * factor

@@ -62,7 +62,14 @@ class TelemetrySource(ABC):
 
     @abstractmethod
     def fields(self) -> dict[str, FieldInfo]:
-        """Return, for each canonical field this backend knows of, whether it is readable."""
+        """Return, for each canonical field this backend knows of, whether it is readable.
+
+        Called once after construction and again after the last :meth:`sample` (before
+        :meth:`close`): the second answer is the final verdict, with what the backend learned
+        while sampling (an energy counter that failed its check, a field lost mid-run and
+        when, counter wraps and resets). A field that gave values before it was lost stays
+        readable, with the loss in its reason.
+        """
 
     @abstractmethod
     def sample(self, t: float) -> list[dict[str, Any]]:
@@ -76,7 +83,9 @@ class TelemetrySource(ABC):
             for the host.
 
         Raises:
-            TelemetryError: A read failed; the sampler records it and drops this source.
+            TelemetryError: A read failed in a way the backend cannot contain; the sampler
+                records it and drops this source. A backend that isolates failures per device
+                (AMD SMI) writes ``None`` instead and reports the loss in :meth:`fields`.
         """
 
     def devices(self) -> list[dict[str, Any]]:

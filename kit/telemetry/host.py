@@ -7,7 +7,7 @@ without it (VMs, containers without /sys, ARM) leave ``cpu_power_w`` null, with 
 
 import os
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import psutil
 
@@ -17,6 +17,7 @@ from kit.telemetry.base import (
     TelemetryNotSupportedError,
     TelemetrySource,
 )
+from kit.telemetry.counters import WrappingCounter, describe_events
 from kit.telemetry.fields import make_row
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
@@ -24,13 +25,6 @@ POWERCAP_ROOT = Path("/sys/class/powercap")
 
 RAPL_UPDATE_PERIOD_MS = 1.0
 """RAPL energy status registers refresh about every millisecond (Intel SDM, vol. 3B, 15.10)."""
-
-
-class _Reading(NamedTuple):
-    """One read of every package counter, at the sampler's tick time."""
-
-    t: float
-    energy_uj: list[int]
 
 
 def _read_int(path: Path) -> int:
@@ -41,8 +35,10 @@ def _read_int(path: Path) -> int:
 class RaplPackagePower:
     """CPU package power from the RAPL energy counters, summed over all packages (sockets).
 
-    Power is the energy difference between two reads divided by the time between them, so the
-    first read gives ``None``. Each counter wraps at ``max_energy_range_uj``.
+    Power is the energy counted between two reads divided by the time between them, so the
+    first read gives ``None``. Each package's counter wraps at its ``max_energy_range_uj`` (the
+    kernel's range is 2^32 raw energy units, which is one unit more: at most 61 uJ, not
+    readable from sysfs) and is accumulated by :class:`~kit.telemetry.counters.WrappingCounter`.
 
     Args:
         root: The powercap directory; the default is the kernel's. Tests point it at a tree of
@@ -62,13 +58,15 @@ class RaplPackagePower:
             zones = sorted(root.glob("intel-rapl:*"))
             packages = [z for z in zones if (z / "name").read_text().startswith("package")]
             self._energy_files = [z / "energy_uj" for z in packages]
-            self._max_range_uj = [_read_int(z / "max_energy_range_uj") for z in packages]
+            self._counters = [
+                WrappingCounter(_read_int(z / "max_energy_range_uj")) for z in packages
+            ]
         except (OSError, ValueError) as e:
             raise TelemetryNotSupportedError(f"RAPL zones under {root} unreadable: {e}") from e
         if not packages:
             raise TelemetryNotSupportedError(f"RAPL not exposed (no package zone under {root})")
         self._read_energy_uj()  # Fail now, not mid-run, when the counters are not readable.
-        self._last: _Reading | None = None
+        self._last: tuple[float, float] | None = None  # (t, uJ counted since the first read)
 
     def _read_energy_uj(self) -> list[int]:
         """Read every package's cumulative energy counter, in microjoules."""
@@ -93,17 +91,17 @@ class RaplPackagePower:
             Watts summed over packages, or ``None`` on the first call (no interval yet) or when
             ``t`` did not advance.
         """
-        now = _Reading(t, self._read_energy_uj())
-        last, self._last = self._last, now
-        if last is None or now.t <= last.t:
+        readings = self._read_energy_uj()
+        for counter, uj in zip(self._counters, readings, strict=True):
+            counter.update(uj, t)
+        last, self._last = self._last, (t, sum(c.advance for c in self._counters))
+        if last is None or t <= last[0]:
             return None
-        delta_uj = sum(
-            e1 - e0 if e1 >= e0 else max_uj - e0 + e1
-            for e0, e1, max_uj in zip(
-                last.energy_uj, now.energy_uj, self._max_range_uj, strict=True
-            )
-        )
-        return delta_uj * 1e-6 / (now.t - last.t)
+        return (self._last[1] - last[1]) * 1e-6 / (t - last[0])
+
+    def describe_events(self) -> str | None:
+        """The packages' wraps so far, in one sentence; ``None`` if none."""
+        return describe_events(self._counters, "RAPL energy_uj")
 
 
 def _busy_and_total_s(times: Any) -> tuple[float, float]:
@@ -140,11 +138,14 @@ class HostSource(TelemetrySource):
             self._rapl_info = FieldInfo(False, reason=str(e))
 
     def fields(self) -> dict[str, FieldInfo]:
-        """Return which host fields are readable here."""
+        """Return which host fields are readable here; at the end, with the RAPL wraps seen."""
+        rapl = self._rapl_info
+        events = self._rapl.describe_events() if self._rapl else None
         return {
             "cpu_util_pct": FieldInfo(True, update_period_ms=1000.0 / os.sysconf("SC_CLK_TCK")),
             "host_mem_used_bytes": FieldInfo(True),
-            "cpu_power_w": self._rapl_info,
+            "cpu_power_w": FieldInfo(rapl.readable, events, rapl.update_period_ms)
+            if events else rapl,
         }
 
     def sample(self, t: float) -> list[dict[str, Any]]:

@@ -17,12 +17,22 @@ of ``CUDA_VISIBLE_DEVICES``. CUDA's default order (fastest first) can differ fro
 ranks to devices by the UUIDs in :meth:`NvmlSource.devices`, or run with
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
 
+Cumulative counters (energy, PCIe and NVLink bytes, violation times) go through
+:class:`~kit.telemetry.counters.WrappingCounter`, each NVLink link on its own, with the width
+NVML gives: a field value's ``valueType`` (the PCIe byte counters come back as 32-bit
+``uiVal``: the committed H100 bundle recorded one wrapping), 64 bits for
+``nvmlDeviceGetTotalEnergyConsumption`` and the violation times (``c_ulonglong`` in pynvml).
+Energy and violation times stay absolute (the driver's count), the byte counters count from the
+first reading. :meth:`NvmlSource.fields` called at the end of a run names every wrap and reset.
+
 Update periods are recorded only where known. Utilisation is averaged over a driver sample
 period "between 1 second and 1/6 second depending on the product" (NVML docs), so it is left
 unknown, as are temperatures, clocks and the other counters.
 """
 
+import ctypes
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -35,6 +45,7 @@ from kit.telemetry.base import (
     TelemetryNotSupportedError,
     TelemetrySource,
 )
+from kit.telemetry.counters import WrappingCounter, describe_events, modulus_of_bits
 from kit.telemetry.fields import make_row
 from kit.telemetry.throttle import decode_nvml_clocks_event_reasons
 
@@ -90,16 +101,23 @@ _ERROR_HINTS: dict[str, tuple[type[TelemetryError], str | None]] = {
 """NVML error constant name -> kit exception class and how to fix it; other codes become a
 plain :class:`TelemetryError`. Names, not values, because pynvml is imported lazily."""
 
-_VALUE_ATTRS: dict[str, str] = {
-    "NVML_VALUE_TYPE_DOUBLE": "dVal",
-    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
-    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
-    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
-    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
-    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
-    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+_VALUE_ATTRS: dict[str, tuple[str, int | None]] = {
+    "NVML_VALUE_TYPE_DOUBLE": ("dVal", None),
+    "NVML_VALUE_TYPE_UNSIGNED_INT": ("uiVal", 8 * ctypes.sizeof(ctypes.c_uint)),
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": ("ulVal", 8 * ctypes.sizeof(ctypes.c_ulong)),
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": ("ullVal", 8 * ctypes.sizeof(ctypes.c_ulonglong)),
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": ("sllVal", None),
+    "NVML_VALUE_TYPE_SIGNED_INT": ("siVal", None),
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": ("usVal", 8 * ctypes.sizeof(ctypes.c_ushort)),
 }
-"""Field value type constant name -> member of the ``c_nvmlValue_t`` union that holds it."""
+"""Field value type constant name -> the ``c_nvmlValue_t`` union member that holds it, and the
+width in bits at which a counter of that type wraps (``None``: signed or floating, not a
+wrapping register)."""
+
+_COUNTER_CALL_BITS = 8 * ctypes.sizeof(ctypes.c_ulonglong)
+"""Width of the counters NVML returns by call: energy (``c_uint64`` mJ) and violation time
+(``c_nvmlViolationTime_t.violationTime``, ``c_ulonglong`` ns). Too wide to wrap within a run, so
+a drop in one is a reset (a GPU reset or driver reload)."""
 
 
 def _convert(nvml: ModuleType, e: Exception, what: str) -> TelemetryError:
@@ -127,7 +145,7 @@ class _Batched:
         label: The NVML field constant, for reasons and notes.
         ids: ``(field id, scope id)`` entries, summed (several for per-link NVLink counters).
         scale: Factor from NVML's unit to the canonical one (e.g. 1e-3 for mW -> W).
-        since_start: A cumulative counter, reported relative to its first reading.
+        since_start: A cumulative counter (one per entry), reported from its first reading.
     """
 
     label: str
@@ -138,10 +156,18 @@ class _Batched:
 
 @dataclass(frozen=True)
 class _Call:
-    """A field read by its own NVML call, which returns it in canonical units."""
+    """A field read by its own NVML call.
+
+    Attributes:
+        label: The NVML function, for reasons and notes.
+        read: Returns the field in canonical units, or a cumulative counter's raw value.
+        counter_scale: For a cumulative counter: factor from its raw unit to the canonical
+            one; the raw value is unwrapped (64 bits) and the field stays absolute.
+    """
 
     label: str
     read: Callable[[], float | int]
+    counter_scale: float | None = None
 
 
 _Candidate = _Batched | _Call | str
@@ -150,13 +176,18 @@ _Candidate = _Batched | _Call | str
 
 @dataclass(frozen=True)
 class _Slot:
-    """Where a chosen :class:`_Batched` field sits in a device's field-values request."""
+    """Where a chosen :class:`_Batched` field sits in a device's field-values request.
+
+    Attributes:
+        counters: For a cumulative counter, one :class:`WrappingCounter` per entry; empty for
+            an instant value.
+    """
 
     label: str
     start: int
     stop: int
     scale: float
-    baseline: float
+    counters: tuple[WrappingCounter, ...] = ()
 
 
 @dataclass
@@ -165,7 +196,9 @@ class _Reads:
 
     request: list[tuple[int, int]] = field(default_factory=list)
     slots: dict[str, _Slot] = field(default_factory=dict)
-    calls: dict[str, Callable[[], float | int]] = field(default_factory=dict)
+    calls: dict[str, _Call] = field(default_factory=dict)
+    call_counters: dict[str, tuple[float, WrappingCounter]] = field(default_factory=dict)
+    """Cumulative call fields: their first raw reading and their counter."""
 
 
 @dataclass
@@ -235,7 +268,8 @@ def _candidates(
         # violationTime: cumulative nanoseconds the policy held the clocks below target.
         return _Call(
             "nvmlDeviceGetViolationStatus",
-            lambda: nv.nvmlDeviceGetViolationStatus(h, policy).violationTime * 1e-9,
+            lambda: nv.nvmlDeviceGetViolationStatus(h, policy).violationTime,
+            counter_scale=1e-9,
         )
 
     def throttle_bits(name: str) -> _Call:
@@ -252,7 +286,8 @@ def _candidates(
         "energy_j": [
             _Call(
                 "nvmlDeviceGetTotalEnergyConsumption",  # mJ since the driver was loaded
-                lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h) * 1e-3,
+                lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
+                counter_scale=1e-3,
             )
         ],
         "temp_gpu_c": [
@@ -339,8 +374,8 @@ class NvmlSource(TelemetrySource):
         self._node = node
         self._nvlink = nvlink
         self._value_attrs = {
-            getattr(pynvml, type_name): attr
-            for type_name, attr in _VALUE_ATTRS.items()
+            getattr(pynvml, type_name): attr_bits
+            for type_name, attr_bits in _VALUE_ATTRS.items()
             if hasattr(pynvml, type_name)
         }
         with _nvml_errors(pynvml, "NVML did not start (nvmlInit)"):
@@ -412,12 +447,17 @@ class NvmlSource(TelemetrySource):
         reads = dev.slow if name in SLOW_FIELDS else dev.fast
         if isinstance(c, str):
             return c
+        t = time.time()
         if isinstance(c, _Call):
             try:
-                c.read()
+                first = c.read()
             except nv.NVMLError as e:
                 return f"{c.label}: {e}"
-            reads.calls[name] = c.read
+            reads.calls[name] = c
+            if c.counter_scale is not None:
+                counter = WrappingCounter(modulus_of_bits(_COUNTER_CALL_BITS))
+                counter.update(first, t)
+                reads.call_counters[name] = (first, counter)
             return None
         if batch_error:
             return batch_error
@@ -425,10 +465,14 @@ class NvmlSource(TelemetrySource):
         bad = next((v.nvmlReturn for v in entries if v.nvmlReturn != nv.NVML_SUCCESS), None)
         if bad is not None:
             return f"{c.label}: {nv.NVMLError(bad)}"
-        baseline = sum(self._value(v) for v in entries) * c.scale if c.since_start else 0
+        counters: tuple[WrappingCounter, ...] = ()
+        if c.since_start:  # the first reading is each counter's zero
+            counters = tuple(WrappingCounter(self._modulus(v)) for v in entries)
+            for counter, v in zip(counters, entries, strict=True):
+                counter.update(self._value(v), t)
         start = len(reads.request)
         reads.request.extend(c.ids)
-        reads.slots[name] = _Slot(c.label, start, len(reads.request), c.scale, baseline)
+        reads.slots[name] = _Slot(c.label, start, len(reads.request), c.scale, counters)
         return None
 
     def _period_ms(self, name: str, arch: int) -> float | None:
@@ -439,10 +483,16 @@ class NvmlSource(TelemetrySource):
 
     def _value(self, v: Any) -> float | int:
         """The number in a ``c_nvmlFieldValue_t``, read through the union member its type names."""
-        attr = self._value_attrs.get(v.valueType)
-        if attr is None:
+        attr_bits = self._value_attrs.get(v.valueType)
+        if attr_bits is None:
             raise TelemetryError(f"NVML field {v.fieldId}: unknown value type {v.valueType}")
-        return getattr(v.value, attr)
+        return getattr(v.value, attr_bits[0])
+
+    def _modulus(self, v: Any) -> int | None:
+        """Where a counter held in ``c_nvmlFieldValue_t`` ``v`` wraps, from its value type."""
+        attr_bits = self._value_attrs.get(v.valueType)
+        bits = attr_bits[1] if attr_bits else None
+        return None if bits is None else modulus_of_bits(bits)
 
     def _static_facts(self, dev: _Device) -> dict[str, Any]:
         """Read the facts :meth:`devices` reports; one NVML cannot read is left out."""
@@ -467,32 +517,49 @@ class NvmlSource(TelemetrySource):
 
         A field is readable when at least one device reads it (the others write ``None``);
         ``reason`` then names the devices that cannot, or, when every device reads it through
-        a stand-in (e.g. ``nvmlDeviceGetPowerUsage`` for ``power_avg_w``), says which.
+        a stand-in (e.g. ``nvmlDeviceGetPowerUsage`` for ``power_avg_w``), says which. Called
+        again at the end of a run, it also names every wrap and reset of a cumulative counter.
         """
         out: dict[str, FieldInfo] = {}
         for name in self._devices[0].info:
             infos = [d.info[name] for d in self._devices]
             readable = [i for i in infos if i.readable]
             if not readable:
-                out[name] = FieldInfo(False, _group_reasons(self._devices, name))
+                info = FieldInfo(False, _group_reasons(self._devices, name))
             elif len(readable) < len(infos):
                 first = readable[0]
-                out[name] = FieldInfo(True, _group_reasons(self._devices, name),
-                                       first.update_period_ms, first.read_period_ms)
+                info = FieldInfo(True, _group_reasons(self._devices, name),
+                                 first.update_period_ms, first.read_period_ms)
             else:
-                out[name] = readable[0]
+                info = readable[0]
+            events = [e for d in self._devices if (e := self._counter_events(d, name))]
+            if events:
+                info = replace(info, reason="; ".join(filter(None, [info.reason, *events])))
+            out[name] = info
         return out
+
+    def _counter_events(self, dev: _Device, name: str) -> str | None:
+        """The wraps and resets of field ``name``'s counters on ``dev``, if any."""
+        for reads in (dev.fast, dev.slow):
+            if name in reads.slots:
+                return describe_events(list(reads.slots[name].counters),
+                                       f"device {dev.index} {name}")
+            if name in reads.call_counters:
+                return describe_events([reads.call_counters[name][1]],
+                                       f"device {dev.index} {name}")
+        return None
 
     def devices(self) -> list[dict[str, Any]]:
         """Name, UUID, enforced power limit, max SM clock and memory size of each device."""
         return list(self._facts)
 
-    def _read(self, dev: _Device, reads: _Reads) -> dict[str, Any]:
+    def _read(self, dev: _Device, reads: _Reads, t: float) -> dict[str, Any]:
         """Read one group of fields of one device, in canonical units.
 
         The fast group's field values come in one request; the slow group's in one request per
         field, which keeps every request small (the 2 x H200 crash came with one 41-entry
-        request per device).
+        request per device). A cumulative counter that went backwards (a reset, not a wrap)
+        reads ``None`` for that sample.
         """
         nv = self._nvml
         values: dict[str, Any] = {}
@@ -510,9 +577,21 @@ class NvmlSource(TelemetrySource):
                     if v.nvmlReturn != nv.NVML_SUCCESS:
                         what = f"device {dev.index} {s.label}"
                         raise _convert(nv, nv.NVMLError(v.nvmlReturn), what)
-                values[name] = sum(self._value(v) for v in entries) * s.scale - s.baseline
-        for name, read in reads.calls.items():
-            values[name] = read()
+                if s.counters:
+                    counted = [c.update(self._value(v), t)
+                               for c, v in zip(s.counters, entries, strict=True)]
+                    values[name] = None if None in counted else int(
+                        sum(c.advance for c in s.counters) * s.scale)
+                else:
+                    values[name] = sum(self._value(v) for v in entries) * s.scale
+        for name, call in reads.calls.items():
+            raw = call.read()
+            if name in reads.call_counters:
+                first, counter = reads.call_counters[name]
+                advance = counter.update(raw, t)
+                raw = None if advance is None else first + advance
+            values[name] = raw if raw is None or call.counter_scale is None else (
+                raw * call.counter_scale)
         return values
 
     def sample(self, t: float) -> list[dict[str, Any]]:
@@ -525,9 +604,9 @@ class NvmlSource(TelemetrySource):
         rows = []
         for dev in self._devices:
             with _nvml_errors(self._nvml, f"device {dev.index}"):
-                values = self._read(dev, dev.fast)
+                values = self._read(dev, dev.fast, t)
                 if (t - dev.slow_read_t) * 1e3 >= SLOW_READ_MS:
-                    values.update(self._read(dev, dev.slow))
+                    values.update(self._read(dev, dev.slow, t))
                     dev.slow_read_t = t
             rows.append(make_row(t, self._node, dev.index, "gpu", **values))
         return rows

@@ -4,7 +4,9 @@ A trace is a ``telemetry.parquet`` of a real GPU run (tests/data/traces/, each w
 saying how it was recorded). The source replays the trace's GPU rows tick by tick on the live
 clock, so everything downstream (chunking, attribution, derived metrics) runs on real numbers
 through the same code path as NVML. A ``<trace>.devices.json`` beside the trace carries the
-recorded devices' static facts (power limit, max SM clock).
+recorded devices' static facts (power limit, max SM clock). Looping, cumulative counters go on
+from where the trace ended (each loop adds the trace's advance), so they never go backwards
+unless the recorded trace itself does.
 """
 
 import json
@@ -15,6 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kit.bundle.schema import TELEMETRY_SCHEMA
+from kit.bundle.verify import CUMULATIVE_FIELDS
 from kit.paths import kit_home
 from kit.telemetry.base import FieldInfo, TelemetryNotSupportedError, TelemetrySource
 from kit.telemetry.fields import CANONICAL_FIELDS
@@ -57,6 +60,12 @@ class ReplaySource(TelemetrySource):
             self._by_tick.setdefault(r["t"], []).append(r)
         self._span = float(self._ticks[-1] - self._ticks[0]) or 1.0
         self._present = {f for f in CANONICAL_FIELDS if any(r[f] is not None for r in rows)}
+        self._loop_advance: dict[tuple[int, str], float] = {}
+        for f in CUMULATIVE_FIELDS:
+            for device in {r["device"] for r in rows}:
+                seen = [r[f] for r in rows if r["device"] == device and r[f] is not None]
+                if seen:
+                    self._loop_advance[(device, f)] = seen[-1] - seen[0]
         self._t0: float | None = None
         sidecar = path.with_name(path.stem + ".devices.json")
         self._devices = json.loads(sidecar.read_text()) if sidecar.is_file() else []
@@ -78,9 +87,14 @@ class ReplaySource(TelemetrySource):
         """The recorded rows of the tick at the same offset into the trace (looping)."""
         if self._t0 is None:
             self._t0 = t
-        offset = ((t - self._t0) * self._speed) % self._span
+        loops, offset = divmod((t - self._t0) * self._speed, self._span)
         i = int(np.searchsorted(self._ticks, self._ticks[0] + offset, side="right")) - 1
-        return [{**r, "t": t, "node": self._node} for r in self._by_tick[self._ticks[max(i, 0)]]]
+        rows = [{**r, "t": t, "node": self._node} for r in self._by_tick[self._ticks[max(i, 0)]]]
+        for row in rows:
+            for f in CUMULATIVE_FIELDS:
+                if row[f] is not None and loops:
+                    row[f] += type(row[f])(loops * self._loop_advance[(row["device"], f)])
+        return rows
 
     def close(self) -> None:
         """Nothing to release."""
