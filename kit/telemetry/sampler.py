@@ -211,6 +211,14 @@ class _SamplerLoop:
             self.report.sources[name] = source.fields()
             self.report.devices[name] = source.devices()
 
+    def _final_fields(self, name: str, source: TelemetrySource) -> None:
+        """Re-read a source's ``fields()`` after its last sample: verdicts learned mid-run
+        (a counter that never moved, a device lost at some time) reach the bundle."""
+        try:
+            self.report.sources[name] = source.fields()
+        except Exception as e:  # noqa: BLE001 - keep the verdicts read at start.
+            self.record(time.time(), name, e)
+
     def record(self, t: float, source: str, e: BaseException) -> None:
         """Add a failure of ``source`` (or ``"sampler"``) to the report."""
         self.report.errors.append(SamplerErrorRecord(t, source, f"{type(e).__name__}: {e}"))
@@ -224,6 +232,7 @@ class _SamplerLoop:
             except Exception as e:  # noqa: BLE001 - a broken source must not stop the others.
                 self.record(t, name, e)
                 del self._sources[name]
+                self._final_fields(name, source)
                 source.close()
         self._writer.add(rows)
 
@@ -262,18 +271,13 @@ class _SamplerLoop:
     def finish(self) -> None:
         """Flush the last chunk, close the sources and write the complete report.
 
-        Each live source's ``fields()`` is read again first: a backend may learn mid-run that
-        a field cannot be trusted (an energy counter that never moved), and its final word is
-        what the bundle records.
+        Each live source's ``fields()`` is read again first (:meth:`_final_fields`).
         """
         try:
             self._writer.flush()
         finally:
             for name, source in self._sources.items():
-                try:
-                    self.report.sources[name] = source.fields()
-                except Exception as e:  # noqa: BLE001 - keep the verdicts read at start.
-                    self.record(time.time(), name, e)
+                self._final_fields(name, source)
                 source.close()
             self.report.complete = True
             self.report.rows_written = self._writer.rows_written
