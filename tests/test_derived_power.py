@@ -9,8 +9,8 @@ import pytest
 
 from kit.analysis.attribution import attribute_samples
 from kit.analysis.power import device_metrics
-from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA
-from kit.telemetry.fields import make_row
+from kit.bundle.schema import STEPS_SCHEMA
+from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
 
 from .conftest import REPO
 

@@ -1,4 +1,5 @@
-"""The run's options have one source, and a new engine is one spec plus one registry line.
+"""The run's options have one source; a new engine or telemetry backend is one class plus one
+registry line.
 
 The run command's options are generated from RunRequest (kit.cli_options); these tests check
 the generated command against the model, and register a toy engine to show what the kit then
@@ -10,13 +11,20 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from kit.bundle.writer import concat_chunks
 from kit.cli import cli
 from kit.engines import ENGINES, register_engine
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.errors import KitInputError
+from kit.launch.session import telemetry_plan
 from kit.plan import plan_run
+from kit.spec.loader import load_platform
 from kit.spec.resolve import RunRequest
 from kit.spec.run import ParallelConfig, RunConfig
+from kit.telemetry import register_source
+from kit.telemetry.base import FieldInfo, TelemetrySource
+from kit.telemetry.fields import make_row
+from kit.telemetry.sampler import TelemetrySampler
 
 from .conftest import REPO
 
@@ -99,3 +107,49 @@ def test_an_unregistered_engine_is_one_line_naming_the_registered_ones():
                                  "--dry-run"])
     assert isinstance(r.exception, KitInputError)
     assert str(r.exception) == "unknown engine 'tytan'; known: deepspeed, megatron"
+
+
+class ToyCounterSource(TelemetrySource):
+    """A made-up device backend: one gpu row per device, power 100 W (module level, so the
+    sampler's own process can import it)."""
+
+    name = "toy-counter"
+    reads_devices = True
+
+    def __init__(self, node: int, devices: list[int]) -> None:
+        self._node, self._devices = node, devices or [0]
+
+    def fields(self) -> dict[str, FieldInfo]:
+        return {"power_w": FieldInfo(True)}
+
+    def sample(self, t: float) -> list[dict]:
+        return [make_row(t, self._node, d, "gpu", power_w=100.0) for d in self._devices]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_registered_telemetry_source_is_listed_planned_and_sampled(tmp_path):
+    register_source("toy-counter", ToyCounterSource)
+    platform = tmp_path / "toy.yaml"
+    platform.write_text((REPO / "platforms" / "cpu.yaml").read_text().replace(
+        "telemetry: [host]", "telemetry: [host, toy-counter]"))
+    cfg = plan_run(RunRequest(workload="gpt3-tiny", platform=str(platform)), False).cfg
+    specs, why = telemetry_plan(cfg)
+    assert specs == [("host", {"node": 0}), ("toy-counter", {"node": 0, "devices": []})]
+    assert why == "no backend of ['toy-counter'] could read it"
+    sampler = TelemetrySampler(specs, interval_ms=20, chunks_dir=tmp_path / "chunks")
+    sampler.start()
+    report = sampler.stop()
+    assert report.complete and report.sources["toy-counter"]["power_w"].readable
+    rows = concat_chunks(tmp_path / "chunks").to_pylist()
+    assert {r["power_w"] for r in rows if r["source"] == "gpu"} == {100.0}
+
+
+def test_a_platform_naming_an_unregistered_telemetry_source_is_one_line(tmp_path):
+    platform = tmp_path / "typo.yaml"
+    platform.write_text((REPO / "platforms" / "cpu.yaml").read_text().replace(
+        "telemetry: [host]", "telemetry: [host, nvml-typo]"))
+    with pytest.raises(KitInputError, match=r"unknown telemetry backend\(s\) \['nvml-typo'\]; "
+                                            r"known: \['amdsmi', 'host', 'nvml', 'replay'"):
+        load_platform(str(platform))

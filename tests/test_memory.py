@@ -15,7 +15,6 @@ from kit.analysis.flops import params_count
 from kit.bundle.reader import read_bundle
 from kit.cli_tables import memory_table
 from kit.plan.memory import (
-    FRAMEWORK_OVERHEAD_BYTES,
     GIB,
     estimate_memory,
     estimate_vs_measured,
@@ -65,7 +64,7 @@ def test_gpt3_1_3b_on_one_h100_by_hand():
     assert s.activations_bytes == 24 * GPT13_ACT_PER_TOKEN * tok + 2 * 2 * 2048 * tok  # 12.06 GiB
     # fp32 softmax (4) + bf16 logits (2) per token per padded-vocabulary entry
     assert s.logits_bytes == 6 * tok * 50_304  # 2.30 GiB
-    assert s.overhead_bytes == FRAMEWORK_OVERHEAD_BYTES["nvidia"]
+    assert s.overhead_bytes == 2 * GIB  # platforms/h100.yaml rank_overhead_gib
     assert s.allocated_bytes == 18 * GPT13_PARAMS + s.activations_bytes + s.logits_bytes
     assert est.capacity_bytes == 80 * GIB and est.fits is True
     assert est.headroom_bytes == 80 * GIB - s.total_bytes

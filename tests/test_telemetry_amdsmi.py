@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-import kit.telemetry.amd_quirks as quirks
-import kit.telemetry.amdsmi as amd
-from kit.bundle.schema import THROTTLE_BITS
+import kit.telemetry.amd.amdsmi as amd
+import kit.telemetry.amd.quirks as quirks
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
-from kit.telemetry.amd_quirks import (
+from kit.telemetry.amd.amdsmi import AmdSmiSource, load_amdsmi
+from kit.telemetry.amd.quirks import (
     EnergyCounterCheck,
     Mi250Die,
     ResidencyThrottle,
@@ -36,7 +36,7 @@ from kit.telemetry.amd_quirks import (
     mi250_is_secondary,
     package_share,
 )
-from kit.telemetry.amdsmi import AmdSmiSource, load_amdsmi
+from kit.telemetry.fields import THROTTLE_BITS
 from tests.conftest import REPO
 from tests.fakes import fake_library
 
@@ -58,7 +58,7 @@ without_rocm = pytest.mark.skipif(
 
 
 def test_registered() -> None:
-    assert SOURCES["amdsmi"] == "kit.telemetry.amdsmi:AmdSmiSource"
+    assert SOURCES["amdsmi"] == "kit.telemetry.amd.amdsmi:AmdSmiSource"
 
 
 @without_rocm
@@ -79,7 +79,7 @@ def test_refusal_is_silent_and_the_import_lazy() -> None:
     # KeyError('libamd_smi.so'); a fresh process sees that first attempt.
     code = (
         "import sys\n"
-        "import kit.telemetry.amdsmi\n"
+        "import kit.telemetry.amd.amdsmi\n"
         "assert 'amdsmi' not in sys.modules, 'imported at module import'\n"
         "from kit.telemetry import TelemetryNotSupportedError, build_source\n"
         "try:\n"

@@ -11,10 +11,10 @@ import time
 import pynvml
 import pytest
 
-from kit.bundle.schema import THROTTLE_BITS
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
-from kit.telemetry.fields import TELEMETRY_COLUMNS
-from kit.telemetry.throttle import decode_nvml_clocks_event_reasons, reason_names
+from kit.telemetry.fields import TELEMETRY_COLUMNS, THROTTLE_BITS
+from kit.telemetry.nvidia.throttle import decode_nvml_clocks_event_reasons
+from kit.telemetry.throttle import reason_names
 from tests.test_telemetry_counters import RECORDED_WRAP_AT, recorded_h100_pcie_tx
 
 
@@ -100,12 +100,12 @@ def test_reason_names_rejects_non_kit_bits(bits: int) -> None:
 
 
 def test_registered() -> None:
-    assert SOURCES["nvml"] == "kit.telemetry.nvml:NvmlSource"
+    assert SOURCES["nvml"] == "kit.telemetry.nvidia.nvml:NvmlSource"
 
 
 def test_import_does_not_load_pynvml() -> None:
     code = (
-        "import sys, kit.telemetry.nvml, kit.telemetry.throttle; "
+        "import sys, kit.telemetry.nvidia.nvml, kit.telemetry.throttle; "
         "assert 'pynvml' not in sys.modules, 'pynvml imported eagerly'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -114,7 +114,7 @@ def test_import_does_not_load_pynvml() -> None:
 @pytest.mark.skipif(HAS_NVML, reason="NVML starts on this host")
 @pytest.mark.parametrize("how", ["class", "registry"])
 def test_refuses_without_driver(how: str) -> None:
-    from kit.telemetry.nvml import NvmlSource
+    from kit.telemetry.nvidia.nvml import NvmlSource
 
     with pytest.raises(TelemetryNotSupportedError) as err:
         NvmlSource(node=0) if how == "class" else build_source("nvml", node=0)
@@ -222,7 +222,7 @@ def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
     raw = [(raw0 + v - recorded[0]) % U32 for v in recorded]
     assert raw[RECORDED_WRAP_AT] < raw[RECORDED_WRAP_AT - 1]
     fake_nvml(h100([raw[0], *raw]))  # the first answer is the construction-time reading
-    from kit.telemetry.nvml import NvmlSource
+    from kit.telemetry.nvidia.nvml import NvmlSource
 
     source = NvmlSource(node=0)
     try:
@@ -242,7 +242,7 @@ def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
 
 def test_energy_and_violation_time_stay_absolute(fake_nvml) -> None:
     fake_nvml(h100([0]))
-    from kit.telemetry.nvml import NvmlSource
+    from kit.telemetry.nvidia.nvml import NvmlSource
 
     source = NvmlSource(node=0)
     try:
@@ -267,7 +267,7 @@ def test_a_link_counter_that_goes_backwards_is_a_reset(fake_nvml) -> None:
     scenario = h100([0], NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX={"scope": per_link})
     scenario["devices"][0]["nvlinks"] = 2
     fake_nvml(scenario)
-    from kit.telemetry.nvml import NvmlSource
+    from kit.telemetry.nvidia.nvml import NvmlSource
 
     source = NvmlSource(node=0)
     try:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kit.analysis.metrics import step_spans
-from kit.bundle.schema import THROTTLE_BITS
+from kit.telemetry.fields import THROTTLE_BITS
 
 
 def main(bundle: Path) -> None:

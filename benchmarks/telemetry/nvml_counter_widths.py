@@ -2,7 +2,7 @@
 
     python3 benchmarks/telemetry/nvml_counter_widths.py
 
-``kit/telemetry/nvml.py`` unwraps each cumulative counter at the width of the value type NVML
+``kit/telemetry/nvidia/nvml.py`` unwraps each cumulative counter at the width of the value type NVML
 returns it in (``c_nvmlFieldValue_t.valueType``), read at run time. This prints that type for
 every field value the kit reads, per device, so the widths the CI fakes assume
 (``tests/fakes/nvml``: PCIe byte counters as 32-bit ``uiVal``) can be checked against a real
@@ -20,7 +20,7 @@ import time
 import pynvml
 import torch
 
-from kit.telemetry.nvml import NvmlSource
+from kit.telemetry.nvidia.nvml import NvmlSource
 
 FIELDS = ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_AVERAGE", "NVML_FI_DEV_MEMORY_TEMP",
           "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES",

@@ -19,7 +19,7 @@ import pynvml
 import torch
 
 from kit.telemetry.fields import CANONICAL_FIELDS
-from kit.telemetry.nvml import NvmlSource
+from kit.telemetry.nvidia.nvml import NvmlSource
 from kit.telemetry.throttle import reason_names
 
 INTERVAL_S = 0.010

@@ -19,9 +19,10 @@ from typing import Any
 
 from kit.analysis.comparability import Check, comparability_checks
 from kit.bundle.reader import Bundle
-from kit.bundle.schema import THROTTLE_BITS, Manifest
+from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
+from kit.telemetry.fields import THROTTLE_BITS
 
 
 @dataclass(frozen=True)

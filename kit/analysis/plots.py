@@ -23,7 +23,7 @@ from kit.analysis.compare import Comparison
 from kit.analysis.compare_format import format_value
 from kit.analysis.power import device_metrics
 from kit.bundle.reader import Bundle
-from kit.bundle.schema import THROTTLE_BITS
+from kit.telemetry.fields import THROTTLE_BITS
 
 DPI = 110
 _PAD_S = 2.0

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.analysis.attribution import MEASURED, StepWindows, step_windows, window_index
-from kit.bundle.schema import THROTTLE_BITS
+from kit.telemetry.fields import THROTTLE_BITS
 
 _CODES = 64
 """Throttle values counted one by one: every OR of the six kit bits (0..63)."""

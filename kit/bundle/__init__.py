@@ -22,9 +22,6 @@ from kit.bundle.schema import (
     STATUSES,
     STEPS_SCHEMA,
     SUMMARY_KEYS,
-    TELEMETRY_FIELDS,
-    TELEMETRY_SCHEMA,
-    THROTTLE_BITS,
     FieldSource,
     Manifest,
     MetricsFile,
@@ -35,6 +32,7 @@ from kit.bundle.show import format_bundle
 from kit.bundle.unpack import unpack_bundle
 from kit.bundle.verify import verify_bundle
 from kit.bundle.writer import BundleStaging, concat_chunks, new_bundle_id
+from kit.telemetry.fields import TELEMETRY_FIELDS, TELEMETRY_SCHEMA, THROTTLE_BITS
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -16,20 +16,14 @@ import pyarrow as pa
 
 import kit
 from kit.analysis.metrics import summarize
-from kit.bundle.schema import (
-    STEPS_SCHEMA,
-    TELEMETRY_FIELDS,
-    FieldSource,
-    Manifest,
-    MetricsFile,
-    RankRecord,
-)
+from kit.bundle.schema import STEPS_SCHEMA, FieldSource, Manifest, MetricsFile, RankRecord
 from kit.bundle.writer import BundleStaging, concat_chunks
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.rankfile import SCRATCH, RankResult, read_rank_result, recover_rank_result
 from kit.spec.run import RunConfig
+from kit.telemetry.fields import TELEMETRY_FIELDS
 from kit.telemetry.sampler import REPORT_NAME, SamplerReport
 
 LOG_TAIL_LINES = 10

@@ -14,16 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from kit.bundle.schema import (
-    SCHEMA_VERSION,
-    STEPS_SCHEMA,
-    TELEMETRY_SCHEMA,
-    Manifest,
-    MetricsFile,
-)
+from kit.bundle.schema import SCHEMA_VERSION, STEPS_SCHEMA, Manifest, MetricsFile
 from kit.bundle.writer import PARTIAL_SUFFIX
 from kit.errors import BundleError
 from kit.spec.loader import describe_validation_error
+from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 M = TypeVar("M", bound=BaseModel)
 

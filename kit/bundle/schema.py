@@ -13,6 +13,8 @@ from typing import Any, Literal, get_args
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kit.telemetry.fields import TELEMETRY_FIELDS, column
+
 SCHEMA_VERSION = 1
 """Version of the layout below; readers refuse bundles with a newer one."""
 
@@ -39,79 +41,21 @@ SUMMARY_FIELDS: dict[str, str] = {
 
 SUMMARY_KEYS: tuple[str, ...] = tuple(SUMMARY_FIELDS)
 
-THROTTLE_BITS: dict[str, int] = {
-    "power_cap": 1,  # software power cap (NVML SwPowerCap)
-    "thermal_sw": 2,  # driver lowers clocks for temperature (NVML SwThermalSlowdown)
-    "thermal_hw": 4,  # hardware thermal protection (NVML HwThermalSlowdown)
-    "hw_slowdown": 8,  # other hardware slowdown, e.g. an external signal (NVML HwSlowdown)
-    "power_brake": 16,  # external power brake asserted (NVML HwPowerBrakeSlowdown)
-    "other": 32,  # any vendor reason that has no kit bit
-}
-"""The kit's vendor-neutral throttle reason bits, OR-ed into telemetry ``throttle``."""
-
-
-def _field(name: str, dtype: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
-    """Build a parquet column whose description travels in the file's field metadata."""
-    return pa.field(name, dtype, nullable=nullable, metadata={"description": doc})
-
-
 STEPS_SCHEMA = pa.schema(
     [
-        _field("step", pa.int32(), "Optimizer step index, from 0, warmup included.", False),
-        _field("rank", pa.int32(), "Global rank that timed the step.", False),
-        _field("phase", pa.string(), "'warmup' or 'measured'.", False),
-        _field("t_start", pa.float64(), "Step start, rank's host clock, unix seconds.", False),
-        _field("t_end", pa.float64(), "Step end, rank's host clock, unix seconds.", False),
-        _field("tokens", pa.int64(), "Tokens this rank's data-parallel replica consumed.", False),
-        _field("loss", pa.float64(), "Training loss; null on ranks that do not compute it."),
-        _field("stage", pa.int32(), "Pipeline stage of the rank (0 = first).", False),
-        _field("gpu_energy_j", pa.float64(), "Energy of the rank's GPU over the step (Zeus "
+        column("step", pa.int32(), "Optimizer step index, from 0, warmup included.", False),
+        column("rank", pa.int32(), "Global rank that timed the step.", False),
+        column("phase", pa.string(), "'warmup' or 'measured'.", False),
+        column("t_start", pa.float64(), "Step start, rank's host clock, unix seconds.", False),
+        column("t_end", pa.float64(), "Step end, rank's host clock, unix seconds.", False),
+        column("tokens", pa.int64(), "Tokens this rank's data-parallel replica consumed.", False),
+        column("loss", pa.float64(), "Training loss; null on ranks that do not compute it."),
+        column("stage", pa.int32(), "Pipeline stage of the rank (0 = first).", False),
+        column("gpu_energy_j", pa.float64(), "Energy of the rank's GPU over the step (Zeus "
                "window on the hardware counter), joules; null when not measured."),
     ]
 )
 """``steps.parquet``: one row per step per rank."""
-
-_GPU_COLUMNS: list[pa.Field] = [
-    _field("power_w", pa.float64(), "Instantaneous board power, watts."),
-    _field("power_avg_w", pa.float64(), "Driver's windowed average power, watts."),
-    _field("energy_j", pa.float64(), "Hardware energy counter, cumulative joules."),
-    _field("temp_gpu_c", pa.float64(), "GPU temperature, deg C (which sensor: telemetry_sources)."),
-    _field("temp_mem_c", pa.float64(), "Device memory (HBM) temperature, deg C."),
-    _field("clock_sm_mhz", pa.float64(), "SM / graphics clock, MHz."),
-    _field("clock_mem_mhz", pa.float64(), "Memory clock, MHz."),
-    _field("util_gpu_pct", pa.float64(), "Driver's busy percentage, 0..100."),
-    _field("mem_used_bytes", pa.int64(), "Device memory in use, bytes."),
-    _field("throttle", pa.int64(), "Active throttle reasons, OR of THROTTLE_BITS."),
-    _field("pcie_tx_bytes", pa.int64(), "PCIe bytes sent since the sampler started (counter)."),
-    _field("pcie_rx_bytes", pa.int64(), "PCIe bytes received since the sampler started."),
-    _field("link_tx_bytes", pa.int64(), "NVLink/xGMI bytes sent since the sampler started."),
-    _field("link_rx_bytes", pa.int64(), "NVLink/xGMI bytes received since the sampler started."),
-    _field("viol_power_s", pa.float64(), "Cumulative time clocks were held by the power limit "
-           "(NVML violation counter), seconds."),
-    _field("viol_thermal_s", pa.float64(), "Cumulative time clocks were held by a thermal "
-           "limit (NVML violation counter), seconds."),
-]
-_HOST_COLUMNS: list[pa.Field] = [
-    _field("cpu_util_pct", pa.float64(), "Host CPU busy percentage over all cores, 0..100."),
-    _field("host_mem_used_bytes", pa.int64(), "Host memory in use, bytes."),
-    _field("cpu_power_w", pa.float64(), "CPU package power from RAPL, watts."),
-]
-
-TELEMETRY_FIELDS: tuple[str, ...] = tuple(f.name for f in _GPU_COLUMNS + _HOST_COLUMNS)
-"""Canonical telemetry fields, the keys of ``Manifest.telemetry_sources``."""
-
-TELEMETRY_SCHEMA = pa.schema(
-    [
-        _field("t", pa.float64(), "Sample time on the node's clock, unix seconds.", False),
-        _field("node", pa.int32(), "Node index (position in Manifest.inventory).", False),
-        _field("device", pa.int32(), "Local device index; null on host rows."),
-        _field("source", pa.string(), "'gpu' (one device) or 'host' (the node).", False),
-        *_GPU_COLUMNS,
-        *_HOST_COLUMNS,
-    ]
-)
-"""``telemetry.parquet``: one row per sample per device, plus host rows; null = not measured."""
-
 
 def _utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

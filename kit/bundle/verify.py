@@ -19,9 +19,10 @@ from kit.bundle.reader import (
     read_schema_version,
     read_table,
 )
-from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA
+from kit.bundle.schema import STEPS_SCHEMA
 from kit.bundle.writer import SUMS_NAME, bundle_files, file_sha256
 from kit.errors import BundleError
+from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 _SUMS_LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 

@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from kit.atomic_write import write_atomic
-from kit.bundle.schema import STEPS_SCHEMA, TELEMETRY_SCHEMA, Manifest, MetricsFile
+from kit.bundle.schema import STEPS_SCHEMA, Manifest, MetricsFile
 from kit.errors import BundleError
+from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 SUMS_NAME = "SHA256SUMS"
 PARTIAL_SUFFIX = ".partial"

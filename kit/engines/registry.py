@@ -111,4 +111,5 @@ def engine_spec(name: str) -> EngineSpec:
     try:
         return ENGINES[name]
     except KeyError:
-        raise KitInputError(f"unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}") from None
+        known = ", ".join(sorted(ENGINES))
+        raise KitInputError(f"unknown engine {name!r}; known: {known}") from None

@@ -26,6 +26,7 @@ from kit.launch.rankfile import (
 )
 from kit.launch.signals import SignalCounter
 from kit.spec.run import RunConfig
+from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
 
@@ -45,23 +46,18 @@ class SessionResult:
 
 
 def telemetry_plan(cfg: RunConfig) -> tuple[list[SourceSpec], str]:
-    """Sources the node sampler builds, and why a field no source fills is empty.
+    """Sources the node sampler builds (each backend's own :meth:`plan`), and why a field no
+    source fills is empty.
 
     Zeus is not a sampler source: its windows live in the ranks (see kit.launch.worker).
     """
     if cfg.telemetry_interval_ms == 0:
         return [], "telemetry off (--telemetry-interval-ms 0)"
-    devices = list(range(cfg.devices_per_node or 0))
-    specs: list[SourceSpec] = []
-    for backend in cfg.platform.telemetry:
-        if backend == "host":
-            specs.append(("host", {"node": 0}))
-        elif backend in ("nvml", "amdsmi"):
-            specs.append((backend, {"node": 0, "devices": devices}))
-        elif backend == "replay":
-            specs.append(("replay", {"node": 0, "trace": cfg.platform.replay_trace}))
-    gpu_backends = [b for b in cfg.platform.telemetry if b not in ("host", "zeus")]
-    why = (f"no backend of {gpu_backends} could read it" if gpu_backends
+    backends = {name: load_source_class(source_target(name))
+                for name in cfg.platform.telemetry if name not in RANK_SIDE_SOURCES}
+    specs: list[SourceSpec] = [(name, cls.plan(cfg, node=0)) for name, cls in backends.items()]
+    device_backends = [name for name, cls in backends.items() if cls.reads_devices]
+    why = (f"no backend of {device_backends} could read it" if device_backends
            else f"platform {cfg.platform.name} has no device telemetry backend")
     return specs, why
 

@@ -18,7 +18,7 @@ megatron engine allocates; ``docs/memory.md`` derives each term and cites its so
   being recomputed.
 * Logits: the vocabulary-parallel cross entropy's fp32 softmax plus the bf16 logits it is cast
   from, on the last stage.
-* A fixed framework overhead per device (:data:`FRAMEWORK_OVERHEAD_BYTES`).
+* A fixed framework overhead per device: the platform profile's ``rank_overhead_gib``.
 """
 
 from dataclasses import dataclass
@@ -31,18 +31,6 @@ from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
 GIB = 1024**3
-
-FRAMEWORK_OVERHEAD_BYTES: dict[str, int] = {
-    # CUDA/HIP context and loaded kernels (about 0.5-1 GiB on H100 with lazy loading), NCCL/RCCL
-    # communicator buffers and caching-allocator fragmentation; none of it is visible to
-    # torch.cuda.max_memory_allocated.
-    "nvidia": 2 * GIB,
-    "amd": 2 * GIB,
-    # One rank process: Python, torch, megatron-core and gloo. gpt3-tiny and mixtral-tiny runs
-    # (model state under 20 MB) peak at 0.40-0.42 GiB resident on this project's CPU host.
-    "cpu": 2 * GIB // 5,
-}
-"""Memory a rank needs beyond tensors the model allocates, by platform vendor."""
 
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
@@ -346,7 +334,7 @@ def stage_memory(cfg: RunConfig, stage: int, zero_stage: int | None = None) -> S
         optimizer_bytes=state(per.optimizer, shard.optimizer),
         activations_bytes=activation_bytes(cfg, stage),
         logits_bytes=logits_bytes(cfg, stage),
-        overhead_bytes=FRAMEWORK_OVERHEAD_BYTES[cfg.platform.vendor],
+        overhead_bytes=int(cfg.platform.rank_overhead_gib * GIB),
     )
 
 

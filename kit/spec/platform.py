@@ -60,14 +60,19 @@ class PlatformSpec(BaseModel):
     comm_backend: Literal["gloo", "nccl", "rccl"] = Field(
         description="Collective library the ranks use (rccl: ROCm's, behind torch's nccl "
         "backend name).")
-    telemetry: list[Literal["nvml", "amdsmi", "zeus", "host", "replay"]] = Field(
-        description="Telemetry backends to try, in order of preference."
+    telemetry: list[str] = Field(
+        description="Telemetry backends to try, in order of preference: registered sampler "
+        "sources (kit.telemetry.SOURCES) or rank-side ones (zeus)."
     )
     replay_trace: str | None = Field(
         None,
         description="Recorded telemetry.parquet the `replay` backend feeds (absolute, or "
         "relative to the kit home); required when `telemetry` lists replay.",
     )
+    rank_overhead_gib: float = Field(
+        2.0, ge=0, description="Memory a rank needs beyond the tensors the model allocates, "
+        "GiB: device context, loaded kernels, communicator buffers, allocator fragmentation "
+        "(on cpu: the rank process itself).")
     container_image: str | None = Field(None, description="Image that carries the kit for it.")
     chassis: list[DevicePosition] = Field(
         default_factory=list, description="Physical position of each local device."
@@ -90,6 +95,11 @@ class PlatformSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_devices(self) -> "PlatformSpec":
+        from kit.telemetry import known_sources
+
+        unknown = [name for name in self.telemetry if name not in known_sources()]
+        if unknown:
+            raise ValueError(f"unknown telemetry backend(s) {unknown}; known: {known_sources()}")
         if ("replay" in self.telemetry) != (self.replay_trace is not None):
             raise ValueError("replay_trace is required exactly when telemetry lists replay")
         if self.vendor != "cpu" and self.devices_per_node is None:

@@ -34,7 +34,9 @@ class RunRequest(BaseModel):
     workload: str = Field(description="Workload name (workloads/) or a workload YAML file.")
     platform: str | None = Field(
         None, description="Platform name or YAML file (default: detect this host).")
-    engine: str = Field("megatron", description="Training engine: a registered name (kit/engines: megatron, deepspeed).")
+    engine: str = Field(
+        "megatron", description="Training engine: a registered name (kit/engines: megatron, "
+        "deepspeed).")
     launcher: Literal["local", "slurm"] = Field(
         "local", description="How ranks start; slurm is not available yet (refused).")
     nodes: int = Field(

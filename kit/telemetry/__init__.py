@@ -1,14 +1,16 @@
 """Telemetry: device and host counters sampled while a run trains.
 
-Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`) and the errors;
-:mod:`kit.telemetry.fields` the canonical row; one module per backend (``host``, ``nvml``,
-``replay``, ``amdsmi``, with AMD's hardware quirks in ``amd_quirks``);
-:mod:`kit.telemetry.counters` unwraps every backend's cumulative counters;
-:mod:`kit.telemetry.throttle` decodes vendor throttle reasons; :mod:`kit.telemetry.sampler` the
-process that samples them. Adding a backend is adding its
-module and one line to :data:`SOURCES`.
+Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`: what a backend
+reads, how it is planned for a run and how it probes the host) and the shared error mapping;
+:mod:`kit.telemetry.fields` the canonical row and its columns; one module or folder per backend
+(``host``, ``replay``, ``nvidia/`` with NVML and its throttle reasons, ``amd/`` with AMD SMI
+and its quirks); :mod:`kit.telemetry.counters` unwraps every backend's cumulative counters;
+:mod:`kit.telemetry.throttle` names the vendor-neutral throttle bits;
+:mod:`kit.telemetry.sampler` the process that samples them. Adding a backend is its module and
+one line in :data:`SOURCES` (or :func:`register_source` from outside the kit); platforms may
+then list it under ``telemetry:``.
 
-Backends are named here by ``"module:Class"`` strings and imported only when built, so
+Backends are named here by ``"module:Class"`` strings and imported only when used, so
 importing ``kit.telemetry`` never loads a vendor library. The sampler resolves names to these
 strings in the caller and imports them in its own process.
 """
@@ -24,24 +26,35 @@ from kit.telemetry.base import (
 )
 
 __all__ = [
+    "RANK_SIDE_SOURCES",
     "SOURCES",
     "FieldInfo",
     "TelemetryError",
     "TelemetryNotSupportedError",
     "TelemetrySource",
     "build_source",
+    "known_sources",
     "load_source_class",
     "register_source",
     "source_target",
 ]
 
 SOURCES: dict[str, str] = {
-    "amdsmi": "kit.telemetry.amdsmi:AmdSmiSource",
+    "amdsmi": "kit.telemetry.amd.amdsmi:AmdSmiSource",
     "host": "kit.telemetry.host:HostSource",
-    "nvml": "kit.telemetry.nvml:NvmlSource",
+    "nvml": "kit.telemetry.nvidia.nvml:NvmlSource",
     "replay": "kit.telemetry.replay:ReplaySource",
 }
 """Backend name -> ``"module:Class"`` of its :class:`TelemetrySource` subclass."""
+
+RANK_SIDE_SOURCES: tuple[str, ...] = ("zeus",)
+"""Names a platform's ``telemetry`` may list that are measured inside the ranks, not by the
+sampler (Zeus energy windows per step: kit.telemetry.zeus)."""
+
+
+def known_sources() -> list[str]:
+    """Every name a platform's ``telemetry`` list may use."""
+    return sorted([*SOURCES, *RANK_SIDE_SOURCES])
 
 
 def register_source(name: str, cls: type[TelemetrySource]) -> None:

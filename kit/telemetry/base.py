@@ -6,10 +6,15 @@ its boundary, so nothing above it ever catches ``pynvml.NVMLError`` or an AMD SM
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kit.errors import KitError
+
+if TYPE_CHECKING:
+    from kit.spec.run import RunConfig
 
 
 class TelemetryError(KitError):
@@ -18,6 +23,47 @@ class TelemetryError(KitError):
 
 class TelemetryNotSupportedError(TelemetryError):
     """This host, device or driver does not offer what was asked; the message says why."""
+
+
+ErrorHints = dict[str, tuple[type[TelemetryError], str | None]]
+"""A vendor library's status names -> the kit exception each becomes and how to fix it."""
+
+
+def vendor_error(
+    what: str, message: str, has_status: Callable[[str], bool], hints: ErrorHints
+) -> TelemetryError:
+    """The kit's exception for a vendor library's error.
+
+    Args:
+        what: What was being done ("nvmlInit", "device 3: power").
+        message: The vendor exception's text, on one line.
+        has_status: Whether the vendor exception carries the status of this name.
+        hints: The backend's status names with their exception class and fix.
+    """
+    for name, (cls, hint) in hints.items():
+        if has_status(name):
+            return cls(f"{what}: {message}" + (f" ({hint})" if hint else ""))
+    return TelemetryError(f"{what}: {message}")
+
+
+@contextmanager
+def vendor_errors(
+    error_type: type[Exception], convert: Callable[[Exception], TelemetryError]
+) -> Iterator[None]:
+    """Re-raise any ``error_type`` inside the block as ``convert(error)``."""
+    try:
+        yield
+    except error_type as e:
+        raise convert(e) from e
+
+
+def by_device(reasons: Iterable[tuple[int, str]]) -> str:
+    """``device 0,1: why; device 2: other why``: one entry per distinct reason, in first-seen
+    order, naming the devices it applies to."""
+    grouped: dict[str, list[int]] = {}
+    for index, reason in reasons:
+        grouped.setdefault(reason, []).append(index)
+    return "; ".join(f"device {','.join(map(str, idx))}: {r}" for r, idx in grouped.items())
 
 
 @dataclass(frozen=True)
@@ -59,6 +105,25 @@ class TelemetrySource(ABC):
 
     name: ClassVar[str]
     """Short backend name, as in the registry (e.g. ``"host"``)."""
+
+    reads_devices: ClassVar[bool] = False
+    """Whether it writes accelerator (``gpu``) rows rather than host rows."""
+
+    @classmethod
+    def plan(cls, cfg: "RunConfig", node: int) -> dict[str, Any]:
+        """Constructor keyword arguments for sampling ``node`` of the run ``cfg`` (picklable:
+        the sampler builds the source in its own process). Every device of the node for a
+        device backend."""
+        kwargs: dict[str, Any] = {"node": node}
+        if cls.reads_devices:
+            kwargs["devices"] = list(range(cfg.devices_per_node or 0))
+        return kwargs
+
+    @classmethod
+    def probe(cls) -> tuple[str, ...]:
+        """This host's accelerators as the backend's library names them, for platform
+        detection; empty when it finds none or reads no devices. Never raises."""
+        return ()
 
     @abstractmethod
     def fields(self) -> dict[str, FieldInfo]:

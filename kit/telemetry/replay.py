@@ -11,16 +11,18 @@ unless the recorded trace itself does.
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from kit.bundle.schema import TELEMETRY_SCHEMA
 from kit.bundle.verify import CUMULATIVE_FIELDS
 from kit.paths import kit_home
 from kit.telemetry.base import FieldInfo, TelemetryNotSupportedError, TelemetrySource
-from kit.telemetry.fields import CANONICAL_FIELDS
+from kit.telemetry.fields import CANONICAL_FIELDS, TELEMETRY_SCHEMA
+
+if TYPE_CHECKING:
+    from kit.spec.run import RunConfig
 
 
 def resolve_trace(trace: str) -> Path:
@@ -33,6 +35,12 @@ class ReplaySource(TelemetrySource):
     """Emit a recorded trace's GPU rows at the live time, looping at its end."""
 
     name: ClassVar[str] = "replay"
+    reads_devices: ClassVar[bool] = True
+
+    @classmethod
+    def plan(cls, cfg: "RunConfig", node: int) -> dict[str, Any]:
+        """The platform's recorded trace (``replay_trace``) for ``node``."""
+        return {"node": node, "trace": cfg.platform.replay_trace}
 
     def __init__(self, node: int, trace: str, speed: float = 1.0) -> None:
         """Load ``trace``.

@@ -1,17 +1,13 @@
-"""Throttle reasons: each vendor's bitmask decoded into the kit's vendor-neutral bits.
+"""Throttle reasons: the kit's vendor-neutral bits, and their names.
 
-The telemetry ``throttle`` column is an OR of :data:`kit.bundle.schema.THROTTLE_BITS`, so a
-study can ask "how often was this device power-capped?" the same way on NVIDIA and AMD. One
-section per vendor below; each decoder maps every bit it knows, and folds any bit it does not
-know into ``other`` rather than dropping it (a new driver's reason must not read as "not
-throttled").
+The telemetry ``throttle`` column is an OR of :data:`kit.telemetry.fields.THROTTLE_BITS`, so a
+study can ask "how often was this device power-capped?" the same way on NVIDIA and AMD. Each
+vendor's decoder lives with its source (``nvidia/throttle.py``, ``amd/quirks.py``); each maps
+every bit it knows, and folds any bit it does not know into ``other`` rather than dropping it
+(a new driver's reason must not read as "not throttled").
 """
 
-from functools import lru_cache
-
-from kit.bundle.schema import THROTTLE_BITS
-
-_OTHER = THROTTLE_BITS["other"]
+from kit.telemetry.fields import THROTTLE_BITS
 
 
 def reason_names(bits: int) -> list[str]:
@@ -29,69 +25,3 @@ def reason_names(bits: int) -> list[str]:
     if bits < 0 or undefined:
         raise ValueError(f"not a kit throttle bitmask: {bits:#x}")
     return [name for name, bit in sorted(THROTTLE_BITS.items(), key=lambda kv: kv[1]) if bits & bit]
-
-
-# --- NVIDIA (NVML clocks-event reasons) ----------------------------------------------------
-#
-# Newer NVML renamed nvmlClocksThrottleReason* to nvmlClocksEventReason* (same values);
-# nvidia-ml-py keeps both for now, older releases have only the old names. BoardLimit and
-# Reliability exist only under the old prefix and have no kit bit: they count as "other".
-
-_NVML_PREFIXES = ("nvmlClocksEventReason", "nvmlClocksThrottleReason")
-
-_NVML_TO_KIT: dict[str, int] = {
-    "SwPowerCap": THROTTLE_BITS["power_cap"],
-    "SwThermalSlowdown": THROTTLE_BITS["thermal_sw"],
-    "HwThermalSlowdown": THROTTLE_BITS["thermal_hw"],
-    "HwSlowdown": THROTTLE_BITS["hw_slowdown"],
-    "HwPowerBrakeSlowdown": THROTTLE_BITS["power_brake"],
-    # SyncBoost: clocks held to the slowest GPU of a sync-boost group; DisplayClockSetting:
-    # clocks held by the display clock. Both really limit clocks, but have no kit bit.
-    "SyncBoost": _OTHER,
-    "DisplayClockSetting": _OTHER,
-    # Not throttling, so they map to no bit. GpuIdle: clocks are low because no work is
-    # queued, which is the absence of load rather than a limit on it (every idle sample would
-    # otherwise count as throttled). ApplicationsClocksSetting: clocks sit at the application
-    # clocks someone configured (nvidia-smi -ac), a chosen operating point reported whenever
-    # it is below boost, not a reaction to power or temperature.
-    "GpuIdle": 0,
-    "ApplicationsClocksSetting": 0,
-}
-
-
-@lru_cache(maxsize=1)
-def _nvml_bit_map() -> dict[int, int]:
-    """NVML reason bit -> kit bit, from the installed pynvml's own constants.
-
-    Imported here, not at module level, so that ``import kit.telemetry.throttle`` works without
-    nvidia-ml-py; only the NVML backend, which has already imported it, calls the decoder.
-    """
-    import pynvml
-
-    bit_map: dict[int, int] = {}
-    for reason, kit_bit in _NVML_TO_KIT.items():
-        names = [p + reason for p in _NVML_PREFIXES if hasattr(pynvml, p + reason)]
-        values = {getattr(pynvml, name) for name in names}
-        if len(values) != 1:
-            raise RuntimeError(f"pynvml defines clocks-event reason {reason} as {values}")
-        bit_map[values.pop()] = kit_bit
-    return bit_map
-
-
-def decode_nvml_clocks_event_reasons(mask: int) -> int:
-    """Map an NVML clocks-event (throttle) reason mask to the kit's throttle bits.
-
-    Args:
-        mask: What ``nvmlDeviceGetCurrentClocksEventReasons`` (formerly
-            ``...ClocksThrottleReasons``) returned.
-
-    Returns:
-        An OR of :data:`~kit.bundle.schema.THROTTLE_BITS`; 0 when the GPU is idle, at its
-        application clocks or not limited at all. Any NVML bit not known here sets ``other``.
-    """
-    bits = 0
-    for nvml_bit, kit_bit in _nvml_bit_map().items():
-        if mask & nvml_bit:
-            bits |= kit_bit
-            mask &= ~nvml_bit
-    return bits | (_OTHER if mask else 0)

@@ -30,7 +30,7 @@ thermal throttler acts on, and MI300's gpu_metrics has no edge temperature at al
 Device indices are AMD SMI's (its processor handles, in PCI bus order), which can differ from
 HIP's; match ranks to devices by the UUIDs in :meth:`AmdSmiSource.devices`. The hardware quirks
 (MI250 package power, throttle layouts, the energy counter check and unit) are in
-:mod:`kit.telemetry.amd_quirks`.
+:mod:`kit.telemetry.amd.quirks`.
 """
 
 import ctypes
@@ -41,12 +41,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, redirect_stdout, suppress
+from contextlib import AbstractContextManager, contextmanager, redirect_stdout, suppress
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from kit.telemetry.amd_quirks import (
+from kit.telemetry.amd.quirks import (
     ENERGY_CHECK_MIN_S,
     AsicFamily,
     EnergyCounterCheck,
@@ -66,6 +66,9 @@ from kit.telemetry.base import (
     TelemetryError,
     TelemetryNotSupportedError,
     TelemetrySource,
+    by_device,
+    vendor_error,
+    vendor_errors,
 )
 from kit.telemetry.counters import WrappingCounter, describe_events
 from kit.telemetry.fields import make_row
@@ -222,22 +225,16 @@ def _convert(smi: ModuleType, e: Exception, what: str) -> TelemetryError:
 
     Not yet verified on hardware.
     """
-    for name, (cls, hint) in _ERROR_HINTS.items():
-        if _status_is(smi, e, [name]):
-            return cls(f"{what}: {_describe(e)}" + (f" ({hint})" if hint else ""))
-    return TelemetryError(f"{what}: {_describe(e)}")
+    return vendor_error(what, _describe(e), lambda name: _status_is(smi, e, [name]),
+                        _ERROR_HINTS)
 
 
-@contextmanager
-def _amdsmi_errors(smi: ModuleType, what: str) -> Iterator[None]:
+def _amdsmi_errors(smi: ModuleType, what: str) -> AbstractContextManager[None]:
     """Re-raise any ``amdsmi.AmdSmiException`` inside the block as a :class:`TelemetryError`.
 
     Not yet verified on hardware.
     """
-    try:
-        yield
-    except smi.AmdSmiException as e:
-        raise _convert(smi, e, what) from e
+    return vendor_errors(smi.AmdSmiException, lambda e: _convert(smi, e, what))
 
 
 # --- reading one device -----------------------------------------------------------------------
@@ -636,6 +633,27 @@ class AmdSmiSource(TelemetrySource):
     """
 
     name = "amdsmi"
+    reads_devices = True
+
+    @classmethod
+    def probe(cls) -> tuple[str, ...]:
+        """The AMD GPUs AMD SMI lists (empty without the ROCm driver or amdsmi)."""
+        if not os.path.exists("/dev/kfd"):  # no AMD GPU driver: skip amdsmi, which prints noise
+            return ()
+        try:
+            import amdsmi
+
+            amdsmi.amdsmi_init()
+            try:
+                return tuple(
+                    str(amdsmi.amdsmi_get_gpu_asic_info(h).get("market_name", "AMD GPU"))
+                    for h in amdsmi.amdsmi_get_processor_handles()
+                )
+            finally:
+                amdsmi.amdsmi_shut_down()
+        except (Exception, KeyError) as e:  # noqa: BLE001 - KeyError 'libamd_smi.so' w/o ROCm
+            logger.debug("AMD SMI not usable: %r", e)
+            return ()
 
     def __init__(self, node: int, devices: list[int] | None = None) -> None:
         smi = load_amdsmi()
@@ -806,18 +824,10 @@ class AmdSmiSource(TelemetrySource):
         """
         out: dict[str, FieldInfo] = {}
         for name in self._devices[0].fields:
-            by_reason: dict[str, list[int]] = {}
-            readable = False
-            for d in self._devices:
-                ok, text = d.fields[name].describe()
-                readable |= ok
-                by_reason.setdefault(text, []).append(d.index)
-            for index, why in self._unopened.items():
-                by_reason.setdefault(f"not opened: {why}", []).append(index)
-            text = "; ".join(
-                f"device {','.join(map(str, idx))}: {r}" for r, idx in by_reason.items()
-            )
-            out[name] = FieldInfo(readable, _with_unverified(text))
+            verdicts = [(d.index, *d.fields[name].describe()) for d in self._devices]
+            text = by_device([(i, text) for i, _, text in verdicts]
+                             + [(i, f"not opened: {why}") for i, why in self._unopened.items()])
+            out[name] = FieldInfo(any(ok for _, ok, _ in verdicts), _with_unverified(text))
         return out
 
     def devices(self) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """AMD Instinct hardware quirks, as small pure functions: not yet verified on hardware.
 
-The AMD SMI backend (:mod:`kit.telemetry.amdsmi`) reads the library; what its numbers mean on
+The AMD SMI backend (:mod:`kit.telemetry.amd.amdsmi`) reads the library; what its numbers mean on
 each GPU generation is decided here, from AMD's own sources (each function cites them) and
 checked in CI without a GPU (``tests/test_telemetry_amdsmi.py``). No AMD GPU has run this code.
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal
 
-from kit.bundle.schema import THROTTLE_BITS
 from kit.telemetry.counters import WrappingCounter, describe_events, modulus_of_bits
+from kit.telemetry.fields import THROTTLE_BITS
 
 AsicFamily = Literal["mi200", "mi300"]
 """Which throttle-reason bit layout a device uses (quirk (b))."""

@@ -33,8 +33,8 @@ unknown, as are temperatures, clocks and the other counters.
 import ctypes
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
@@ -44,10 +44,13 @@ from kit.telemetry.base import (
     TelemetryError,
     TelemetryNotSupportedError,
     TelemetrySource,
+    by_device,
+    vendor_error,
+    vendor_errors,
 )
 from kit.telemetry.counters import WrappingCounter, describe_events, modulus_of_bits
 from kit.telemetry.fields import make_row
-from kit.telemetry.throttle import decode_nvml_clocks_event_reasons
+from kit.telemetry.nvidia.throttle import decode_nvml_clocks_event_reasons
 
 logger = logging.getLogger(__name__)
 
@@ -122,19 +125,14 @@ a drop in one is a reset (a GPU reset or driver reload)."""
 
 def _convert(nvml: ModuleType, e: Exception, what: str) -> TelemetryError:
     """Turn a ``pynvml.NVMLError`` into the kit's exception, saying what failed and the fix."""
-    for name, (cls, hint) in _ERROR_HINTS.items():
-        if getattr(nvml, name, None) == getattr(e, "value", None):
-            return cls(f"{what}: {e}" + (f" ({hint})" if hint else ""))
-    return TelemetryError(f"{what}: {e}")
+    code = getattr(e, "value", None)
+    return vendor_error(what, str(e), lambda name: getattr(nvml, name, None) == code,
+                        _ERROR_HINTS)
 
 
-@contextmanager
-def _nvml_errors(nvml: ModuleType, what: str) -> Iterator[None]:
+def _nvml_errors(nvml: ModuleType, what: str) -> AbstractContextManager[None]:
     """Re-raise any ``pynvml.NVMLError`` inside the block as a :class:`TelemetryError`."""
-    try:
-        yield
-    except nvml.NVMLError as e:
-        raise _convert(nvml, e, what) from e
+    return vendor_errors(nvml.NVMLError, lambda e: _convert(nvml, e, what))
 
 
 @dataclass(frozen=True)
@@ -339,11 +337,8 @@ def _candidates(
 
 def _group_reasons(devices: list[_Device], name: str) -> str:
     """One reason per distinct cause of a field's gap, naming the devices it applies to."""
-    by_reason: dict[str, list[int]] = {}
-    for d in devices:
-        if not d.info[name].readable:
-            by_reason.setdefault(str(d.info[name].reason), []).append(d.index)
-    return "; ".join(f"device {','.join(map(str, idx))}: {r}" for r, idx in by_reason.items())
+    return by_device((d.index, str(d.info[name].reason)) for d in devices
+                     if not d.info[name].readable)
 
 
 class NvmlSource(TelemetrySource):
@@ -362,6 +357,25 @@ class NvmlSource(TelemetrySource):
     """
 
     name = "nvml"
+    reads_devices = True
+
+    @classmethod
+    def probe(cls) -> tuple[str, ...]:
+        """The NVIDIA GPUs NVML lists (empty without nvidia-ml-py or a driver)."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                return tuple(
+                    str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                    for i in range(pynvml.nvmlDeviceGetCount())
+                )
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception as e:  # noqa: BLE001 - NVML missing or no NVIDIA driver: no GPUs here.
+            logger.debug("NVML not usable: %s", e)
+            return ()
 
     def __init__(self, node: int, devices: list[int] | None = None, nvlink: bool = True) -> None:
         try:

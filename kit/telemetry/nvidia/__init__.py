@@ -1,0 +1,1 @@
+"""NVIDIA telemetry: the NVML source (:mod:`.nvml`), its throttle reasons (:mod:`.throttle`)."""
