@@ -15,7 +15,7 @@ import pytest
 from .conftest import REPO, kit_cli
 
 GPU = sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())
-H100, H200 = (next(b for b in GPU if b.name.endswith(tag)) for tag in ("h100-e955a2",
+H100, H200 = (next(b for b in GPU if b.name.endswith(tag)) for tag in ("h100-f4a12c",
                                                                         "h200-bceb8a"))
 
 ODD_ROPE = (  # megatron-core rejects it at build time (RoPE needs an even head dim): a failed run

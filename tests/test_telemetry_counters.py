@@ -13,7 +13,7 @@ from kit.telemetry.host import HostSource
 from .conftest import REPO
 from .test_telemetry_host import write_rapl_zone
 
-H100_BUNDLE = REPO / "benchmarks/telemetry/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2"
+H100_BUNDLE = REPO / "tests/data/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2"
 U32 = 2**32
 
 

@@ -2,6 +2,7 @@
 # Telemetry evidence on one GPU machine: NVML probe, a telemetry run (nvml + zeus + host),
 # its energy check, a replay trace, and the overhead figures. Writes flat files into $OUT.
 #   benchmarks/telemetry/gpu_evidence.sh DEVICE_NAME [NGPUS]
+# SKIP_OVERHEAD=1 leaves out the overhead figures (several runs) when only the bundle is wanted.
 set -uo pipefail
 DEV="$1"; NGPUS="${2:-1}"
 export PYTHONUNBUFFERED=1
@@ -27,7 +28,7 @@ m = json.load(open(f"{sys.argv[1]}/manifest.json"))
 json.dump(m["inventory"][0]["gpus"], open(sys.argv[2], "w"), indent=1)
 PY
 tar -C "$(dirname "$B")" -czf "$OUT/bundle-$DEV.tar.gz" "$(basename "$B")"
-if [[ "$NGPUS" == 1 ]]; then
+if [[ "$NGPUS" == 1 && "${SKIP_OVERHEAD:-0}" != 1 ]]; then
   python3 benchmarks/telemetry/overhead.py "$DEV" "$OUT" 2>&1 | tee "$OUT/overhead-$DEV.txt"
 fi
 rm -rf "$OUT/runs" "$OUT/overhead-runs"
