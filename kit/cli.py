@@ -65,7 +65,19 @@ def cli() -> None:
               help="Unmeasured steps first.")
 @click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,
               show_default=True, help="Sampling period; 0 turns telemetry off.")
-@click.option("--profile", is_flag=True, help="Record a kernel profile of one step.")
+@click.option("--profile", is_flag=True,
+              help="Record a kernel profile and its per-rank breakdown (docs/profiling.md).")
+@click.option("--profile-steps",
+              help="Steps to profile, A:B over step numbers as in steps.parquet (0 = the first "
+                   "warmup step): A up to B-1, like a Python range; A alone is one step. "
+                   "Default: the last warmup step. Implies --profile.")
+@click.option("--profile-ranks",
+              help="Ranks that profile, comma-separated (e.g. 0,3); default: every rank. "
+                   "Implies --profile.")
+@click.option("--chakra", is_flag=True,
+              help="Also record PyTorch's execution trace and, when MLCommons Chakra is "
+                   "installed, convert it with the Kineto trace into Chakra ETs "
+                   "(profile/chakra/). Implies --profile.")
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the bundle.")

@@ -86,7 +86,17 @@ class RunConfig(BaseModel):
     telemetry_interval_ms: int = Field(
         ge=0, description="Telemetry sampling period, milliseconds; 0 turns telemetry off."
     )
-    profile: bool = Field(False, description="Record a kernel profile of the last warmup step.")
+    profile: bool = Field(
+        False, description="Record a kernel profile (torch.profiler/Kineto) of the profiled "
+        "steps on the profiled ranks, and its breakdown (kit.launch.profiling).")
+    profile_steps: tuple[int, int] | None = Field(
+        None, description="Profiled steps as a half-open range [A, B) of step numbers (0 = "
+        "the first warmup step); null = the last warmup step (step 0 without warmup).")
+    profile_ranks: tuple[int, ...] | None = Field(
+        None, description="Ranks that profile; null = every rank.")
+    chakra: bool = Field(
+        False, description="Record PyTorch's execution trace with the Kineto trace and convert "
+        "both into Chakra ETs when the chakra package is installed (kit.interop.chakra).")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
 
