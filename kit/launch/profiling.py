@@ -23,13 +23,14 @@ keeps only the steps that completed.
 import os
 import statistics
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
+from kit.atomic_write import write_atomic
 from kit.launch.rankfile import RANKS_DIR, StepRecord
 from kit.spec.run import RunConfig
 
@@ -52,13 +53,6 @@ def profiled_steps(cfg: RunConfig) -> range:
 def profiles_rank(cfg: RunConfig, rank: int) -> bool:
     """Whether ``rank`` profiles in this run."""
     return cfg.profile and (cfg.profile_ranks is None or rank in cfg.profile_ranks)
-
-
-def _write_via_temp(dest: Path, write: Callable[[Path], None]) -> None:
-    """Write ``dest`` through ``write(tmp)`` and a rename, so no reader sees half a file."""
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    write(tmp)
-    os.replace(tmp, dest)
 
 
 class RankProfiler:
@@ -115,7 +109,7 @@ class RankProfiler:
         prof.stop()
         self._folder.mkdir(exist_ok=True)
         self._trace = self._folder / f"rank{self._rank}.json"
-        _write_via_temp(self._trace, lambda tmp: prof.export_chrome_trace(str(tmp)))
+        write_atomic(self._trace, lambda tmp: prof.export_chrome_trace(str(tmp)))
         if self._et is not None:
             self._et.unregister_callback()  # finishes the host ET's JSON
 
@@ -150,7 +144,7 @@ class RankProfiler:
         )
         table = rank_breakdown(self._trace, self._rank, stage, self._done, times, self._cfg)
         dest = self._folder / f"rank{self._rank}.breakdown.json"
-        _write_via_temp(dest, lambda tmp: tmp.write_text(table.model_dump_json(indent=1) + "\n",
+        write_atomic(dest, lambda tmp: tmp.write_text(table.model_dump_json(indent=1) + "\n",
                                                          encoding="utf-8"))
 
     def _chakra(self) -> None:

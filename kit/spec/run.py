@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kit.fabric.spec import FabricSpec
 from kit.spec.platform import Dtype, PlatformSpec
 from kit.spec.workload import ScalingRecord, WorkloadSpec
 
@@ -63,7 +64,10 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: WorkloadSpec = Field(description="The architecture that actually trains.")
+    workload: WorkloadSpec | FabricSpec = Field(
+        discriminator="family",
+        description="The architecture that actually trains; for `charllm-kit fabric` the "
+        "collectives and sizes it measures (family: fabric, no model).")
     scaling: ScalingRecord | None = Field(
         None, description="Set when the platform scaled the workload: original, rule, platform."
     )
@@ -112,7 +116,9 @@ class RunConfig(BaseModel):
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens consumed by one optimizer step across all ranks."""
+        """Tokens consumed by one optimizer step across all ranks (0 for a fabric run)."""
+        if isinstance(self.workload, FabricSpec):
+            return 0
         return self.global_batch_size * self.workload.seq_length
 
     @property
