@@ -58,8 +58,13 @@ def _has_device_activity(kineto_trace: Path) -> bool:
     return any(isinstance(e, dict) and e.get("cat") == "kernel" for e in events)
 
 
-def link_traces(rank: int, host_et: Path, kineto_trace: Path, out: Path) -> None:
-    """Link ``host_et`` and ``kineto_trace`` into Chakra's host + device JSON at ``out``."""
+def link_traces(rank: int, host_et: Path, kineto_trace: Path, out: Path) -> str | None:
+    """Link ``host_et`` and ``kineto_trace`` into Chakra's host + device JSON at ``out``.
+
+    Returns:
+        A note when the synchronization-dependency pass was skipped on a trace with device
+        kernels because it failed there too (the ET then lacks those edges), else None.
+    """
     from chakra.src.trace_link.trace_linker import TraceLinker
 
     class _HostOnlyLinker(TraceLinker):
@@ -68,8 +73,16 @@ def link_traces(rank: int, host_et: Path, kineto_trace: Path, out: Path) -> None
         def load_sync_dependencies(self, *args: Any, **kwargs: Any) -> dict[int, list[int]]:
             return {}
 
-    linker = TraceLinker() if _has_device_activity(kineto_trace) else _HostOnlyLinker()
-    linker.link(rank, str(host_et), str(kineto_trace), str(out))
+    if not _has_device_activity(kineto_trace):
+        _HostOnlyLinker().link(rank, str(host_et), str(kineto_trace), str(out))
+        return None
+    try:
+        TraceLinker().link(rank, str(host_et), str(kineto_trace), str(out))
+        return None
+    except Exception as e:  # HTA's pass on an unexpected trace; the rest still links
+        _HostOnlyLinker().link(rank, str(host_et), str(kineto_trace), str(out))
+        return (f"chakra: rank {rank}: sync dependencies skipped, HTA's critical path failed "
+                f"({type(e).__name__}: {e})".splitlines()[0])
 
 
 def _comm_bytes(shapes: str, types: str) -> int | None:
@@ -135,22 +148,24 @@ def mark_collectives(et: Path) -> int:
     return marked
 
 
-def link_and_convert(rank: int, host_et: Path, kineto_trace: Path, out: Path) -> int:
+def link_and_convert(rank: int, host_et: Path, kineto_trace: Path, out: Path) -> list[str]:
     """Link, convert and mark one rank's traces into the Chakra ET ``out``.
 
     Returns:
-        How many gloo collectives were marked as communication nodes.
+        Notes for the run: the linker's (:func:`link_traces`), and how many gloo collectives
+        were marked as communication nodes (when any were).
     """
     from chakra.src.converter.pytorch_converter import PyTorchConverter
 
     linked = out.with_name(f".{out.stem}.linked.json")
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        link_traces(rank, host_et, kineto_trace, linked)
+        note = link_traces(rank, host_et, kineto_trace, linked)
         PyTorchConverter().convert(str(linked), str(tmp), simulate=False)
         marked = mark_collectives(tmp)
         os.replace(tmp, out)
     finally:
         linked.unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)
-    return marked
+    marked_note = f"chakra: rank {rank}: {marked} gloo collectives marked as communication nodes"
+    return [n for n in (note, marked_note if marked else None) if n]

@@ -159,4 +159,5 @@ class RankProfiler:
             self.notes.append(f"chakra: ETs not converted ({missing})")
             return
         assert self._trace is not None
-        link_and_convert(self._rank, host_et, self._trace, folder / f"rank{self._rank}.et")
+        self.notes += link_and_convert(self._rank, host_et, self._trace,
+                                       folder / f"rank{self._rank}.et")
