@@ -52,13 +52,13 @@ def _operation(op: CollectiveOp, size: int, rank: int, world: int,
     return send_recv
 
 
-def _measure(fn: Callable[[], None], warmup: int, iters: int,
-             sync: Callable[[], None]) -> tuple[float, float, float]:
+def _measure(fn: Callable[[], None], warmup: int, iters: int, sync: Callable[[], None],
+             barrier: Callable[[], object]) -> tuple[float, float, float]:
     """(mean seconds per op, start, end) of ``iters`` ops after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     sync()
-    dist.barrier()
+    barrier()
     t0 = time.time()
     for _ in range(iters):
         fn()
@@ -84,12 +84,14 @@ def run_rank(staging: Path) -> int:
         backend = "gloo" if cpu else "nccl"
         dist.init_process_group(backend, rank=rank, world_size=world)
         sync = (lambda: None) if cpu else torch.cuda.synchronize
+        # NCCL's barrier must be told the rank's device, or it guesses (and may hang)
+        barrier = dist.barrier if cpu else lambda: dist.barrier(device_ids=[local_rank])
         points = []
         for op in spec.ops:
             for requested in spec.sizes_bytes:
                 size = message_bytes(op, requested, world)
                 fn = _operation(op, size, rank, world, device)
-                mean, t0, t1 = _measure(fn, cfg.warmup, cfg.steps, sync)
+                mean, t0, t1 = _measure(fn, cfg.warmup, cfg.steps, sync, barrier)
                 times = torch.tensor([mean, mean], dtype=torch.float64, device=device)
                 dist.all_reduce(times[:1], op=dist.ReduceOp.SUM)
                 dist.all_reduce(times[1:], op=dist.ReduceOp.MAX)
