@@ -42,7 +42,11 @@ setup() {
   # the torch installed here (an isolated build would fetch another torch to build with), which
   # needs setuptools in the environment.
   pip_install "setuptools>=68"
-  DS_BUILD_OPS=0 pip_install --no-build-isolation -e ".[test,deepspeed]"
+  DS_BUILD_OPS=0 pip_install --no-build-isolation -e ".[test,deepspeed,chakra]"
+  # MLCommons Chakra is not on the package index: its wheel and et_replay's are in the repo.
+  # --no-deps: Chakra names HolisticTraceAnalysis by a git URL; the `chakra` extra above has
+  # what they import (none of it is torch).
+  pip_install --no-deps third_party/wheels/*.whl "holistictraceanalysis==0.5.0"
   touch "$STAMP"
 }
 

@@ -74,6 +74,58 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
 
 @cli.command()
+@click.option("--platform", help="Platform name or YAML (default: detect this host).")
+@click.option("--nproc", type=POSITIVE,
+              help="Ranks per node (default: 2 on cpu, every device of a GPU node).")
+@click.option("--nodes", type=POSITIVE, default=1, show_default=True,
+              help="Nodes (one until multi-node launch exists).")
+@click.option("--sizes", help="Message sizes, e.g. 4K,1M,256M (default: 1K..4M on cpu, "
+                              "1K..1G on GPUs).")
+@click.option("--ops", help="Collectives, comma-separated, of all_reduce, all_gather, "
+                            "reduce_scatter, all_to_all, send_recv (default: all).")
+@click.option("--iters", type=POSITIVE, default=20, show_default=True,
+              help="Timed operations per size.")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Untimed operations before them.")
+@click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,
+              show_default=True, help="Sampling period; 0 turns telemetry off.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Directory that receives the bundle.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output: status, bundle, results.")
+def fabric(ops: str | None, out: Path, as_json: bool, **opts: object) -> None:
+    """Measure collective bandwidth (algbw and busbw as nccl-tests defines them); one bundle.
+
+    The last stdout line is the bundle path; see docs/fabric.md.
+    """
+    from kit.fabric.results import fabric_table, read_fabric
+    from kit.fabric.run import resolve_fabric, run_fabric
+    from kit.fabric.spec import parse_ops
+
+    try:
+        chosen = parse_ops(ops) if ops else None
+    except ValueError as e:
+        raise KitInputError(f"--ops: {e}") from None
+    cfg = resolve_fabric(**opts, **({"ops": chosen} if chosen else {}))  # type: ignore[arg-type]
+    check_output_dir(out)
+    result = run_fabric(cfg, out, command=sys.argv)
+    from kit.bundle.reader import read_bundle
+
+    results = read_fabric(read_bundle(result.bundle))
+    if as_json:
+        click.echo(json.dumps({"status": result.status, "error": result.error,
+                               "bundle": str(result.bundle.resolve()),
+                               "results": results.model_dump() if results else None}))
+    else:
+        if results is not None:
+            click.echo(fabric_table(results))
+        if result.error:
+            click.echo(f"{result.status}: {result.error}", err=True)
+        click.echo(str(result.bundle.resolve()))
+    if result.status != "ok":
+        sys.exit(1)
+
+
+@cli.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True,
               help="List every point as valid or skipped with the reason; launch nothing.")

@@ -188,9 +188,9 @@ def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
 
 @pytest.fixture(scope="module")
 def profiled(runs) -> Path:
-    """The TP2 (replay) run, made with ``--profile``: one torch.profiler trace per rank."""
+    """The TP2 (replay) run, made with ``--profile``: a trace and a breakdown per rank."""
     assert sorted(p.name for p in (runs["tp2"] / "profile").iterdir()) == [
-        "rank0.json", "rank1.json"]
+        "rank0.breakdown.json", "rank0.json", "rank1.breakdown.json", "rank1.json"]
     return runs["tp2"]
 
 
@@ -211,11 +211,11 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     for s in sources:
         assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     per_bundle = ("power-timeline", "chassis-heatmap", "clock-throttle", "kernel-breakdown")
-    assert figure_ids(text) == {"config-bars"} | {f"{f}-{n}" for f in per_bundle
-                                                  for n in range(1, 6)}
+    assert figure_ids(text) == {"config-bars", "profile-breakdowns"} | {
+        f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
-    assert with_image == {"config-bars", "kernel-breakdown-5"} | {
+    assert with_image == {"config-bars", "profile-breakdowns", "kernel-breakdown-5"} | {
         f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
     assert "no power telemetry in this bundle (power_w: " in figures["power-timeline-3"]
     assert "no profile in this bundle" in figures["kernel-breakdown-1"]

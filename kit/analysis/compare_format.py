@@ -17,6 +17,7 @@ from tabulate import tabulate
 
 from kit.analysis.comparability import Check
 from kit.analysis.compare import METRICS, Aggregate, Comparison, Group
+from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
 
 Format = Literal["table", "markdown", "csv", "json"]
 NA = "n/a"
@@ -99,8 +100,10 @@ def _text(c: Comparison, markdown: bool) -> str:
     checks = [f"{bullet}{line}" for line in check_lines(c.checks)]
     grid = metric_grid(c, "<br>", "github") if markdown else metric_grid(c, "\n", "simple")
     heading = "**{}**" if markdown else "{}:"
+    extra = side_by_side_text(c.bundles, "github" if markdown else "simple")
     return "\n\n".join([title, grid, heading.format("groups") + "\n" + "\n".join(groups),
-                        heading.format("comparability") + "\n" + "\n".join(checks)]) + "\n"
+                        heading.format("comparability") + "\n" + "\n".join(checks),
+                        *([extra] if extra else [])]) + "\n"
 
 
 def _pct(ratio: float | None) -> float | None:
@@ -127,6 +130,7 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "metrics": [vars(row) for row in METRICS],
         "groups": groups,
         "checks": [vars(check) for check in c.checks],
+        **side_by_side_dict(c.bundles),
     }
 
 

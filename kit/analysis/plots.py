@@ -173,7 +173,7 @@ def _device_facts(bundle: Bundle) -> list[dict[str, Any]]:
 def per_device_means(bundle: Bundle) -> list[dict[str, Any]]:
     """Each device's figures over the measured steps (:func:`kit.analysis.power.device_metrics`)."""
     config = bundle.manifest.config
-    tokens = config["global_batch_size"] * bundle.manifest.workload["seq_length"]
+    tokens = config["global_batch_size"] * bundle.manifest.workload.get("seq_length", 0)
     per_device, _ = device_metrics(bundle.telemetry, bundle.steps, _device_facts(bundle), tokens)
     return per_device
 
@@ -421,4 +421,66 @@ def kernel_breakdown(times: dict[str, dict[str, float]], title: str) -> Figure |
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(times) < 3 else -0.15),
               ncol=5, fontsize=8, frameon=False)
     ax.set_title(f"Kernel time by category: {title}", fontsize=10)
+    return fig
+
+
+def profile_breakdowns(shares: list[dict[str, Any]]) -> Figure | None:
+    """Share of profiled time per category, one stacked bar per bundle and rank (None if none).
+
+    ``shares`` is :func:`kit.analysis.side_by_side.profile_shares`; communication segments are
+    hatched (their exposed time), ``idle`` is grey.
+    """
+    from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE
+
+    if not shares:
+        return None
+    cats = [c for c in (*COMPUTE, *COLLECTIVES, IDLE) if any(c in s["share"] for s in shares)]
+    colors = dict(zip(cats, _colors(len(cats)), strict=True))
+    colors[IDLE] = (0.8, 0.8, 0.8, 1.0)
+    fig = Figure(figsize=(10, 1.8 + 0.45 * len(shares)), layout="constrained")
+    ax = fig.add_subplot()
+    for i, s in enumerate(shares):
+        left = 0.0
+        for cat in cats:
+            share = s["share"].get(cat, 0.0)
+            if share <= 0:
+                continue
+            ax.barh(i, share, left=left, color=colors[cat], height=0.6,
+                    hatch="//" if cat in COLLECTIVES else None, edgecolor="white", lw=0.3,
+                    label=cat if cat not in ax.get_legend_handles_labels()[1] else None)
+            left += share
+    ax.set_yticks(range(len(shares)), [f"{s['bundle'][:24]}\nrank {s['rank']} stage "
+                                       f"{s['stage']}, {s['profiled_s'] * 1e3:.4g} ms"
+                                       for s in shares], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.set_xlabel("share of the profiled steps (hatched: exposed communication)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(shares) < 4 else -0.1),
+              ncol=6, fontsize=8, frameon=False)
+    ax.set_title("Where the profiled time goes, per bundle and rank", fontsize=10)
+    return fig
+
+
+def fabric_busbw(curves: list[tuple[Bundle, Any]]) -> Figure | None:
+    """Bus bandwidth against message size, one panel per collective, one line per bundle."""
+    if not curves:
+        return None
+    ops = sorted({p.op for _, r in curves for p in r.points})
+    fig = Figure(figsize=(4 * len(ops), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(ops), sharey=True, squeeze=False)[0]
+    colors = _colors(len(curves))
+    for ax, op in zip(axes, ops, strict=True):
+        for color, (bundle, results) in zip(colors, curves, strict=True):
+            pts = sorted((p.size_bytes, p.busbw_gbps) for p in results.points if p.op == op)
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=color,
+                        label=f"{bundle.path.name[:28]} ({results.ranks} {results.backend})")
+        ax.set_xscale("log", base=2)
+        ax.set_title(op, fontsize=9)
+        ax.set_xlabel("message size S (bytes)", fontsize=8)
+        ax.grid(alpha=0.3, lw=0.5)
+    axes[0].set_ylabel("busbw (GB/s)")
+    axes[0].legend(fontsize=7, frameon=False)
+    fig.suptitle("Fabric: bus bandwidth as nccl-tests defines it", fontsize=10)
     return fig

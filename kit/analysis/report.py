@@ -27,6 +27,7 @@ from kit.analysis import plots
 from kit.analysis.compare import Comparison, compare_bundles, layout_label
 from kit.analysis.compare_format import check_lines, metric_grid
 from kit.analysis.kernels import kernel_times
+from kit.analysis.side_by_side import fabric_curves, profile_shares
 from kit.bundle.reader import Bundle
 
 
@@ -115,6 +116,8 @@ class Report:
 
     comparison: Comparison
     bars: FigureItem
+    across: list[FigureItem]
+    """Profile breakdowns and fabric curves of all bundles side by side (when any has them)."""
     sections: list[Section]
     created_utc: str
 
@@ -133,7 +136,13 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False) -> Rep
     bars = _item("config-bars", "Throughput, MFU, energy per token and peak power per "
                                 "configuration; failed runs are marked, unmeasured values "
                                 "say n/a.", plots.configuration_bars(comparison), "")
-    return Report(comparison, bars,
+    across = [_item("profile-breakdowns", "Share of the profiled steps per category, per bundle "
+                                          "and rank (kit.analysis.kernels).",
+                    plots.profile_breakdowns(profile_shares(comparison.bundles)), ""),
+              _item("fabric-busbw", "Fabric bus bandwidth against message size "
+                                    "(charllm-kit fabric).",
+                    plots.fabric_busbw(fabric_curves(comparison.bundles)), "")]
+    return Report(comparison, bars, [a for a in across if a.png is not None],
                   [_section(n, b) for n, b in enumerate(comparison.bundles, 1)],
                   datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
@@ -185,7 +194,7 @@ def render_html(report: Report) -> str:
         *([f'<p class="note" id="unverified">{html.escape(warning)}</p>'] if warning else []),
         '<h2 id="comparison">Comparison</h2>', metric_grid(c, "\n", "html"),
         '<h2 id="comparability">Comparability</h2>', f'<ul class="checks">{checks}</ul>',
-        _html_figure(report.bars),
+        _html_figure(report.bars), *(_html_figure(a) for a in report.across),
     ]
     for n, s in enumerate(report.sections, 1):
         facts = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in s.facts)
@@ -215,12 +224,13 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
         *([f"**{warning}**"] if warning else []),
         "## Comparison", metric_grid(c, "<br>", "github"),
         "## Comparability", checks, _md_figure(report.bars, folder),
+        *(_md_figure(a, folder) for a in report.across),
     ]
     for n, s in enumerate(report.sections, 1):
         facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
         parts += [f"## {n}. {s.bundle.path.name}", facts,
                   *(_md_figure(f, folder) for f in s.figures)]
-    items = [report.bars, *(f for s in report.sections for f in s.figures)]
+    items = [report.bars, *report.across, *(f for s in report.sections for f in s.figures)]
     return "\n\n".join(parts) + "\n", {f"{i.id}.png": i.png for i in items if i.png is not None}
 
 

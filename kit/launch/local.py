@@ -32,6 +32,8 @@ publishes the bundle well within Slurm's default 30 s between SIGTERM and SIGKIL
 REAP_TIMEOUT_S = 10.0
 """How long a SIGKILLed rank may take to be reaped (a process in uninterruptible sleep in a
 device driver can take a while) before the launcher stops waiting for it."""
+WORKER = "kit.launch.worker"
+"""The module a training rank runs (``python -m WORKER STAGING``)."""
 LAUNCHER_PID_ENV = "CHARLLM_LAUNCHER_PID"
 """Environment variable that tells a rank which process must outlive it."""
 
@@ -148,11 +150,13 @@ def launch_local(
     on_started: Callable[[list[int]], None] | None = None,
     on_poll: Callable[[], None] | None = None,
     poll_s: float = 0.2,
+    worker: str = WORKER,
 ) -> LaunchOutcome:
     """Run all ranks of ``cfg`` on this host and wait for them; never raises on rank failure.
 
     ``interrupts`` must be active (``with``) around the call: a signal already counted means
-    no rank is started. ``on_started`` gets the ranks' pids once they are started.
+    no rank is started. ``on_started`` gets the ranks' pids once they are started. Each rank
+    runs ``python -m <worker> STAGING``.
     """
     world = cfg.world_size
     threads = max(1, (os.cpu_count() or 1) // world) if cfg.platform.is_cpu else 4
@@ -162,7 +166,7 @@ def launch_local(
     if interrupts.count:
         outcome.interrupted = True
         return outcome
-    cmd = [sys.executable, "-m", "kit.launch.worker", str(staging)]
+    cmd = [sys.executable, "-m", worker, str(staging)]
     procs = {r: _start_rank(cmd, rank_env(r, world, port, threads), logs_dir / f"rank{r}.log")
              for r in range(world)}
     outcome.started = True

@@ -16,7 +16,7 @@ from typing import Any
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import RunNotPublished
-from kit.launch.local import LaunchOutcome, launch_local
+from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
     read_rank_result,
@@ -70,7 +70,8 @@ def _missing_reason(why: str, report: SamplerReport | None, notes: list[str]) ->
 
 
 def _sample_and_launch(
-    cfg: RunConfig, staging: BundleStaging, command: list[str], interrupts: SignalCounter
+    cfg: RunConfig, staging: BundleStaging, command: list[str], interrupts: SignalCounter,
+    worker: str,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
     """Start the sampler, run the ranks, stop the sampler; never raises."""
     sources, _ = telemetry_plan(cfg)
@@ -94,7 +95,7 @@ def _sample_and_launch(
         outcome = launch_local(
             cfg, staging.path, staging.logs_dir, interrupts,
             on_started=lambda pids: write_launcher_record(staging.path, command, pids),
-            on_poll=watcher.poll,
+            on_poll=watcher.poll, worker=worker,
         )
     except Exception as e:  # the launcher itself broke: still publish a bundle saying so
         launch_error = f"launcher: {type(e).__name__}: {e}"
@@ -108,8 +109,11 @@ def _sample_and_launch(
     return outcome, report, notes, launch_error
 
 
-def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
+def run_session(cfg: RunConfig, out: Path, command: list[str],
+                worker: str = WORKER) -> SessionResult:
     """Launch ``cfg``, sample telemetry, and publish its bundle under ``out``.
+
+    ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
 
     Raises:
         RunNotPublished: The bundle could not be written (e.g. no space left); the staging
@@ -120,7 +124,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
         write_launcher_record(staging.path, command, [])
         write_config(staging.path, cfg)
         outcome, report, notes, launch_error = _sample_and_launch(cfg, staging, command,
-                                                                  interrupts)
+                                                                  interrupts, worker)
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
         end = run_end(outcome, results, staging.logs_dir,
                       interrupts.describe() if interrupts.count else None)

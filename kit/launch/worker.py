@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -25,7 +24,7 @@ import torch.distributed as dist
 
 from kit.engines import engine_spec
 from kit.launch.local import LAUNCHER_PID_ENV
-from kit.launch.profiling import profiled_step, step_trace
+from kit.launch.profiling import RankProfiler
 from kit.launch.rankfile import (
     RankResult,
     StepRecord,
@@ -146,6 +145,7 @@ def run_rank(staging: Path) -> int:
     result = RankResult(rank=rank, local_rank=local_rank, node=node)
     flag = _StopFlag(int(os.environ.get(LAUNCHER_PID_ENV, os.getppid())))
     engine = None
+    profiler: RankProfiler | None = None
     steps_log = open_steps_log(staging, rank)
     try:
         cfg = read_config(staging)
@@ -156,11 +156,10 @@ def run_rank(staging: Path) -> int:
         result.versions, result.notes = info.versions, info.notes
         print(f"rank {rank}: placement {result.placement}", flush=True)
         zeus = _zeus_windows(cfg, local_rank, result)
-        profile_at = profiled_step(cfg)
-        if profile_at is not None and not cfg.warmup:
-            result.notes.append("profiled step 0 is measured: its time includes the profiler's")
+        profiler = RankProfiler(cfg, staging, rank)
         status = "ok"
         for step in range(cfg.total_steps):
+            profiler.before(step)
             if _any_rank_stopping(flag, engine.device):
                 status = "interrupted"
                 break
@@ -169,7 +168,7 @@ def run_rank(staging: Path) -> int:
             if zeus is not None and phase == "measured":
                 zeus = zeus.begin_step(step)
             t0 = time.time()
-            with step_trace(staging, rank) if step == profile_at else nullcontext():
+            with profiler.step(step):
                 out = engine.train_step(step)
                 engine.synchronize()
             t1 = time.time()
@@ -180,6 +179,7 @@ def run_rank(staging: Path) -> int:
             result.steps.append(record)
             append_step(steps_log, record, result.placement.get("pp_rank", 0))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
+            profiler.after(step)  # stops and exports after the last profiled step, untimed
         if zeus is not None:
             result.measured_energy_j = zeus.end_phase()
         result.status = status
@@ -197,6 +197,9 @@ def run_rank(staging: Path) -> int:
         _print_traceback()
         return 1
     finally:
+        if profiler is not None:
+            profiler.close(result.steps, result.placement.get("pp_rank", 0))
+            result.notes += profiler.notes
         if engine is not None and result.mem_peak_bytes is None:
             try:
                 result.mem_peak_bytes = engine.peak_memory_bytes()

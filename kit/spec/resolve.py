@@ -74,7 +74,22 @@ class RunRequest(BaseModel):
     warmup: int = Field(3, ge=0, description="Unmeasured steps first.")
     telemetry_interval_ms: int = Field(
         20, ge=0, description="Telemetry sampling period in ms; 0 turns telemetry off.")
-    profile: bool = Field(False, description="Record a kernel profile of one step.")
+    profile: bool = Field(
+        False, description="Record a kernel profile and its per-rank breakdown "
+        "(docs/profiling.md).")
+    profile_steps: str | None = Field(
+        None, pattern=r"^\d+(:\d+)?$",
+        description="Steps to profile, A:B over step numbers as in steps.parquet (0 = the first "
+        "warmup step): A up to B-1, like a Python range; A alone is one step. Default: the last "
+        "warmup step (step 0 without warmup). Implies --profile.")
+    profile_ranks: str | None = Field(
+        None, pattern=r"^\d+(,\d+)*$",
+        description="Ranks that profile, comma-separated (e.g. 0,3); default: every rank. "
+        "Implies --profile.")
+    chakra: bool = Field(
+        False, description="With the Kineto trace, record PyTorch's execution trace of the "
+        "profiled steps and, when MLCommons Chakra is installed, link and convert both into "
+        "Chakra ETs in the bundle (profile/chakra/). Implies --profile.")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     speed: str | None = Field(
         None, description="megatron on GPUs: speed features, comma-separated (fusions, "
@@ -133,6 +148,25 @@ def _data_parallel(req: RunRequest, platform: PlatformSpec, per_node: int | None
     return derived
 
 
+def _step_range(text: str | None, total_steps: int) -> tuple[int, int] | None:
+    """``A:B`` (or ``A``) as the half-open step range ``(A, B)``, checked against the run."""
+    if text is None:
+        return None
+    first, _, stop = text.partition(":")
+    start, end = int(first), int(stop) if stop else int(first) + 1
+    if not start < end <= total_steps:
+        raise KitInputError(
+            f"--profile-steps {text}: need A < B <= {total_steps} (warmup + measured steps; "
+            "steps count from 0, A:B profiles A up to B-1)"
+        )
+    return start, end
+
+
+def _rank_list(text: str | None) -> tuple[int, ...] | None:
+    """``0,3`` as sorted distinct ranks (checked against the world size once it is known)."""
+    return None if text is None else tuple(sorted({int(r) for r in text.split(",")}))
+
+
 def run_request(**fields: object) -> RunRequest:
     """Build a :class:`RunRequest`, turning a validation failure into one-line bad input."""
     try:
@@ -188,7 +222,10 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         steps=req.steps,
         warmup=req.warmup,
         telemetry_interval_ms=req.telemetry_interval_ms,
-        profile=req.profile,
+        profile=req.profile or bool(req.profile_steps or req.profile_ranks) or req.chakra,
+        profile_steps=_step_range(req.profile_steps, req.warmup + req.steps),
+        profile_ranks=_rank_list(req.profile_ranks),
+        chakra=req.chakra,
         seed=req.seed,
         speed=None if req.speed is None else [f for f in req.speed.split(",")
                                               if f.strip() and f.strip() != "none"],
@@ -199,6 +236,8 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
     engine = engine_spec(req.engine)
     problems = foreign_options(req.engine, req.model_dump(exclude_defaults=True))
     problems += layout_violations(cfg)
+    problems += [f"--profile-ranks: rank {r} is not in a world of {cfg.world_size}"
+                 for r in cfg.profile_ranks or () if r >= cfg.world_size]
     if not problems:
         problems = engine.violations(cfg)
     if not problems and require_present:

@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kit.fabric.spec import FabricSpec
 from kit.spec.platform import Dtype, PlatformSpec
 from kit.spec.workload import ScalingRecord, WorkloadSpec
 
@@ -63,7 +64,10 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: WorkloadSpec = Field(description="The architecture that actually trains.")
+    workload: WorkloadSpec | FabricSpec = Field(
+        discriminator="family",
+        description="The architecture that actually trains; for `charllm-kit fabric` the "
+        "collectives and sizes it measures (family: fabric, no model).")
     scaling: ScalingRecord | None = Field(
         None, description="Set when the platform scaled the workload: original, rule, platform."
     )
@@ -86,7 +90,17 @@ class RunConfig(BaseModel):
     telemetry_interval_ms: int = Field(
         ge=0, description="Telemetry sampling period, milliseconds; 0 turns telemetry off."
     )
-    profile: bool = Field(False, description="Record a kernel profile of the last warmup step.")
+    profile: bool = Field(
+        False, description="Record a kernel profile (torch.profiler/Kineto) of the profiled "
+        "steps on the profiled ranks, and its breakdown (kit.launch.profiling).")
+    profile_steps: tuple[int, int] | None = Field(
+        None, description="Profiled steps as a half-open range [A, B) of step numbers (0 = "
+        "the first warmup step); null = the last warmup step (step 0 without warmup).")
+    profile_ranks: tuple[int, ...] | None = Field(
+        None, description="Ranks that profile; null = every rank.")
+    chakra: bool = Field(
+        False, description="Record PyTorch's execution trace with the Kineto trace and convert "
+        "both into Chakra ETs when the chakra package is installed (kit.interop.chakra).")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
     speed: list[str] | None = Field(
@@ -105,7 +119,9 @@ class RunConfig(BaseModel):
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens consumed by one optimizer step across all ranks."""
+        """Tokens consumed by one optimizer step across all ranks (0 for a fabric run)."""
+        if isinstance(self.workload, FabricSpec):
+            return 0
         return self.global_batch_size * self.workload.seq_length
 
     @property

@@ -1,0 +1,122 @@
+"""Entry point of one fabric rank: ``python -m kit.fabric.worker STAGING_DIR``.
+
+Started by the same launcher as training ranks (kit.launch.local), it reads the resolved
+config, and for each collective and size runs ``warmup`` untimed and ``steps`` timed
+operations between two barriers, the device synchronized at both ends. Every rank's mean time
+is all-reduced; rank 0 writes ``fabric.json`` into the staging folder, so the bundle carries
+it. Each rank writes its :class:`~kit.launch.rankfile.RankResult` (no steps) as training ranks
+do, so the launcher and the bundle see how it ended.
+"""
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from kit.atomic_write import write_atomic
+from kit.fabric.bandwidth import algbw_gbps, busbw_gbps, message_bytes
+from kit.fabric.results import RESULTS_NAME, FabricPoint, FabricResults
+from kit.fabric.spec import CollectiveOp, FabricSpec
+from kit.launch.rankfile import RankResult, read_config, write_rank_result
+
+
+def _operation(op: CollectiveOp, size: int, rank: int, world: int,
+               device: torch.device) -> Callable[[], None]:
+    """One ``op`` of ``size`` bytes (nccl-tests' S) on fp32 buffers, as a callable."""
+    n = size // 4
+    if op == "all_reduce":
+        buf = torch.ones(n, device=device)
+        return lambda: dist.all_reduce(buf)
+    if op == "all_gather":
+        out, shard = torch.empty(n, device=device), torch.ones(n // world, device=device)
+        return lambda: dist.all_gather_into_tensor(out, shard)
+    if op == "reduce_scatter":
+        full, shard = torch.ones(n, device=device), torch.empty(n // world, device=device)
+        return lambda: dist.reduce_scatter_tensor(shard, full)
+    if op == "all_to_all":
+        src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
+        return lambda: dist.all_to_all_single(dst, src)
+    send, recv = torch.ones(n, device=device), torch.empty(n, device=device)
+    ring = [dist.P2POp(dist.isend, send, (rank + 1) % world),
+            dist.P2POp(dist.irecv, recv, (rank - 1) % world)]
+
+    def send_recv() -> None:  # each rank sends to the next and receives from the previous
+        for work in dist.batch_isend_irecv(ring):
+            work.wait()
+
+    return send_recv
+
+
+def _measure(fn: Callable[[], None], warmup: int, iters: int, sync: Callable[[], None],
+             barrier: Callable[[], object]) -> tuple[float, float, float]:
+    """(mean seconds per op, start, end) of ``iters`` ops after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    barrier()
+    t0 = time.time()
+    for _ in range(iters):
+        fn()
+    sync()
+    t1 = time.time()
+    return (t1 - t0) / iters, t0, t1
+
+
+def run_rank(staging: Path) -> int:
+    """Run this rank's measurements; return its exit code."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    result = RankResult(rank=rank, local_rank=local_rank, node=int(os.environ.get("GROUP_RANK",
+                                                                                  "0")))
+    try:
+        cfg = read_config(staging)
+        spec = cfg.workload
+        assert isinstance(spec, FabricSpec), "kit.fabric.worker runs fabric configs only"
+        cpu = cfg.platform.is_cpu
+        device = torch.device("cpu") if cpu else torch.device("cuda", local_rank)
+        if not cpu:
+            torch.cuda.set_device(device)
+        backend = "gloo" if cpu else "nccl"
+        dist.init_process_group(backend, rank=rank, world_size=world)
+        sync = (lambda: None) if cpu else torch.cuda.synchronize
+        # NCCL's barrier must be told the rank's device, or it guesses (and may hang)
+        barrier = dist.barrier if cpu else lambda: dist.barrier(device_ids=[local_rank])
+        points = []
+        for op in spec.ops:
+            for requested in spec.sizes_bytes:
+                size = message_bytes(op, requested, world)
+                fn = _operation(op, size, rank, world, device)
+                mean, t0, t1 = _measure(fn, cfg.warmup, cfg.steps, sync, barrier)
+                times = torch.tensor([mean, mean], dtype=torch.float64, device=device)
+                dist.all_reduce(times[:1], op=dist.ReduceOp.SUM)
+                dist.all_reduce(times[1:], op=dist.ReduceOp.MAX)
+                avg, slowest = times[0].item() / world, times[1].item()
+                points.append(FabricPoint(
+                    op=op, size_bytes=size, time_s=avg, time_s_max=slowest,
+                    algbw_gbps=algbw_gbps(size, avg), busbw_gbps=busbw_gbps(op, size, avg, world),
+                    t_start=t0, t_end=t1))
+                print(f"rank {rank}: {op} {size} B {avg * 1e6:.1f} us", flush=True)
+        if rank == 0:
+            results = FabricResults(ranks=world, backend=backend, iterations=cfg.steps,
+                                    warmup=cfg.warmup, points=points)
+            write_atomic(staging / RESULTS_NAME, lambda tmp: tmp.write_text(
+                results.model_dump_json(indent=1) + "\n", encoding="utf-8"), fsync=True)
+        result.status = "ok"
+        dist.destroy_process_group()
+        return 0
+    except Exception as e:  # the bundle says why, not only the log
+        result.status = "failed"
+        result.error = f"rank {rank}: {type(e).__name__}: {e}".splitlines()[0]
+        traceback.print_exc()
+        return 1
+    finally:
+        write_rank_result(staging, result)
+
+
+if __name__ == "__main__":
+    sys.exit(run_rank(Path(sys.argv[1])))

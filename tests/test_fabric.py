@@ -1,0 +1,82 @@
+"""`charllm-kit fabric` on real gloo ranks: nccl-tests' algbw/busbw arithmetic on what was
+measured, a bundle with telemetry, and compare/report showing its curve."""
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kit.bundle.verify import verify_bundle
+from kit.fabric.bandwidth import bus_factor, message_bytes
+
+from .conftest import bundle_path, kit_cli
+
+
+def test_bus_factors_are_nccl_tests():
+    n = 8
+    assert bus_factor("all_reduce", n) == 2 * 7 / 8
+    assert bus_factor("all_gather", n) == bus_factor("reduce_scatter", n) == 7 / 8
+    assert bus_factor("all_to_all", n) == 7 / 8
+    assert bus_factor("send_recv", n) == 1
+    assert message_bytes("all_gather", 4096, 3) == 4092  # equal fp32 shards for 3 ranks
+    assert message_bytes("all_reduce", 4097, 3) == 4096
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory) -> Path:
+    """Three ranks, so each op's bus factor differs from 1 and from the others."""
+    out = tmp_path_factory.mktemp("fabric")
+    r = kit_cli("fabric", "--nproc", "3", "--sizes", "4K,256K", "--iters", "4", "--warmup",
+                "1", "--telemetry-interval-ms", "10", "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "busbw (GB/s)" in r.stdout
+    return bundle_path(r.stdout)
+
+
+@pytest.mark.timeout(300)
+def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
+    verify_bundle(fabric)
+    results = json.loads((fabric / "fabric.json").read_text())
+    assert (results["ranks"], results["backend"], results["iterations"]) == (3, "gloo", 4)
+    factors = {"all_reduce": 4 / 3, "all_gather": 2 / 3, "reduce_scatter": 2 / 3,
+               "all_to_all": 2 / 3, "send_recv": 1.0}
+    sizes = {"all_reduce": [4096, 262144], "send_recv": [4096, 262144]}
+    seen = set()
+    for p in results["points"]:
+        seen.add(p["op"])
+        assert p["size_bytes"] in sizes.get(p["op"], [4092, 262140])
+        assert 0 < p["time_s"] <= p["time_s_max"]
+        assert p["algbw_gbps"] == pytest.approx(p["size_bytes"] / p["time_s"] / 1e9)
+        assert p["busbw_gbps"] == pytest.approx(p["algbw_gbps"] * factors[p["op"]])
+        # rank 0's own timed window holds its iterations (its mean is near the ranks' mean)
+        assert p["t_end"] - p["t_start"] == pytest.approx(4 * p["time_s"], rel=0.5)
+    assert seen == set(factors)
+    m = json.loads((fabric / "manifest.json").read_text())
+    assert m["workload"]["family"] == "fabric" and m["status"] == "ok"
+    assert pq.read_table(fabric / "telemetry.parquet").num_rows > 0  # host telemetry
+
+
+@pytest.mark.timeout(300)
+def test_compare_and_report_show_the_fabric_curve(fabric, tmp_path):
+    r = kit_cli("compare", str(fabric), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [f["bundle"] for f in out["fabric"]] == [fabric.name]
+    assert not any(c["kind"] == "partial" for c in out["checks"])
+    report = tmp_path / "r.html"
+    r = kit_cli("report", str(fabric), "-o", str(report))
+    assert r.returncode == 0, r.stderr
+    assert 'id="fabric-busbw"' in report.read_text()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--ops", "all_reduce,bogus"], "--ops: unknown collective 'bogus'"),
+    (["--nproc", "1"], "at least 2 ranks"),
+    (["--sizes", "4X"], "--sizes: size '4X'"),
+    (["--nodes", "2"], "--nodes 2: fabric starts ranks on this node only"),
+])
+def test_bad_fabric_input_is_one_line_and_exit_2(args, needle):
+    r = kit_cli("fabric", *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and needle in r.stderr

@@ -1,0 +1,143 @@
+"""`run --profile-steps/--profile-ranks/--chakra` on real 2-rank gloo runs: the per-rank
+breakdown partitions each profiled step, collectives have the right types and sizes, the
+pipeline bubble is measured beside the analytical one, Chakra ETs carry gloo's all-reduce as a
+COMM_COLL node, and a run that fails mid-profile still publishes a bundle that reads."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from kit.bundle.verify import verify_bundle
+
+from .conftest import bundle_path, kit_cli, rank_pid, start_long_run, wait_for_steps
+
+SHORT = ("--steps", "2", "--warmup", "1", "--profile-steps", "1:3")
+
+
+def breakdown(bundle: Path, rank: int) -> dict:
+    return json.loads((bundle / "profile" / f"rank{rank}.breakdown.json").read_text())
+
+
+def categories(step: dict) -> dict[str, dict]:
+    return {c["category"]: c for c in step["categories"]}
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp_path_factory) -> Path:
+    """TP2, profiling steps 1..2 (the measured ones) of 0..2, with Chakra ETs of step 1 only."""
+    out = tmp_path_factory.mktemp("tp2")
+    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1",
+                "--profile-steps", "1", "--chakra", "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    return bundle_path(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def pp2(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("pp2")
+    r = kit_cli("run", "gpt3-tiny", "--pp", "2", *SHORT, "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    return bundle_path(r.stdout)
+
+
+@pytest.mark.timeout(300)
+def test_tp2_categories_partition_the_profiled_step_and_collectives_are_all_reduces(tp2):
+    verify_bundle(tp2)
+    for rank in (0, 1):
+        b = breakdown(tp2, rank)
+        assert (b["rank"], b["stage"], b["timeline"]) == (rank, 0, "host")
+        [step] = b["steps"]
+        assert step["step"] == 1 and step["bubble"] is None  # pp 1: no pipeline
+        cats = categories(step)
+        assert sum(c["time_s"] for c in cats.values()) == pytest.approx(step["window_s"],
+                                                                          abs=1e-6)
+        assert step["window_s"] == pytest.approx(step["wall_s"], rel=0.05)  # the rank's clock
+        assert {"MatMul", "attention", "norm", "idle"} <= set(cats)
+        comm = {k: c for k, c in cats.items() if c["kind"] == "communication"}
+        assert set(comm) == {"AllReduce"}, comm  # tensor parallelism over gloo: all-reduces
+        ar = comm["AllReduce"]
+        assert ar["calls"] > 0 and ar["bytes"] > 0
+        assert ar["exposed_s"] + ar["overlapped_s"] == pytest.approx(ar["busy_s"], abs=1e-9)
+        assert ar["time_s"] == pytest.approx(ar["exposed_s"], abs=1e-9)
+        assert b["unprofiled_step_time_s"] > 0  # step 2 ran without the profiler
+
+
+@pytest.mark.timeout(300)
+def test_chakra_ets_carry_gloos_all_reduce_as_a_comm_coll_node(tp2):
+    from chakra.schema.protobuf import et_def_pb2 as pb
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+    folder = tp2 / "profile" / "chakra"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "rank0.et", "rank0.host_et.json", "rank1.et", "rank1.host_et.json"]
+    for rank in (0, 1):
+        handle = openFileRd(str(folder / f"rank{rank}.et"))
+        decodeMessage(handle, pb.GlobalMetadata())
+        nodes = []
+        while decodeMessage(handle, node := pb.Node()):
+            nodes.append(node)
+        handle.close()
+        colls = [n for n in nodes if n.type == pb.COMM_COLL_NODE]
+        assert colls and {n.name for n in colls} == {"gloo:all_reduce"}
+        attrs = [{a.name: a.int64_val for a in n.attr} for n in colls]
+        assert all(a["comm_type"] == pb.ALL_REDUCE and a["comm_size"] > 0 for a in attrs)
+        assert sum(n.type == pb.COMP_NODE for n in nodes) > 100  # the step's operators
+
+
+@pytest.mark.timeout(300)
+def test_pp2_bubble_is_measured_beside_the_analytical_one(pp2):
+    m = 4  # gpt3-tiny: global batch 8 / micro-batch 2, dp 1
+    for rank in (0, 1):
+        b = breakdown(pp2, rank)
+        assert b["stage"] == rank and [s["step"] for s in b["steps"]] == [1, 2]
+        for step in b["steps"]:
+            cats = categories(step)
+            assert sum(c["time_s"] for c in cats.values()) == pytest.approx(step["window_s"],
+                                                                              abs=1e-6)
+            p2p = cats["SendRecv"]  # one send and one receive of activations or gradients
+            assert p2p["calls"] == 2 * m
+            assert p2p["bytes"] == 2 * m * 2 * 128 * 128 * 4  # micro-batch x seq x hidden fp32
+            bubble = step["bubble"]
+            assert bubble["analytical_frac"] == pytest.approx(1 / (m + 1))
+            assert 0 < bubble["idle_s"] < bubble["window_s"] <= step["window_s"]
+    r = kit_cli("compare", str(pp2))
+    assert r.returncode == 0, r.stderr
+    assert "profiled time by category" in r.stdout and "/ 20.0%" in r.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_run_that_fails_mid_profile_publishes_a_bundle_that_reads(tmp_path):
+    proc = start_long_run(tmp_path, "--tp", "2", "--profile-steps", "1:400", steps=400)
+    wait_for_steps(tmp_path, 3)
+    pid = rank_pid(proc.pid, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    bundle = bundle_path(out)
+    verify_bundle(bundle)
+    assert json.loads((bundle / "manifest.json").read_text())["status"] == "failed"
+    files = sorted(p.name for p in (bundle / "profile").iterdir())
+    assert files == ["rank0.breakdown.json", "rank0.json"]  # rank 1 died with its profiler
+    steps = [s["step"] for s in breakdown(bundle, 0)["steps"]]
+    assert steps[:2] == [1, 2]  # the steps that completed; not the one that broke
+    report = tmp_path / "report.html"
+    r = kit_cli("report", str(bundle), "-o", str(report))
+    assert r.returncode == 0, r.stderr
+    assert 'id="profile-breakdowns"' in report.read_text()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--profile-steps", "3:2"], "--profile-steps 3:2: need A < B <= 3"),
+    (["--profile-steps", "1:9"], "--profile-steps 1:9: need A < B <= 3"),
+    (["--profile-steps", "a:b"], "profile_steps"),
+    (["--profile-ranks", "0,2"], "--profile-ranks: rank 2 is not in a world of 2"),
+])
+def test_bad_profile_options_are_one_line_and_exit_2(args, needle):
+    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1", *args,
+                "--dry-run")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and needle in r.stderr
