@@ -19,6 +19,8 @@ from kit.errors import KitInputError, RunNotPublished
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
 
+POSITIVE = click.IntRange(min=1)
+
 ALLOW_UNVERIFIED = click.option(
     "--allow-unverified", is_flag=True,
     help="Use a bundle that fails verification, marked as unverified, instead of refusing it.")
