@@ -60,8 +60,8 @@ STEPS_SCHEMA = pa.schema(
         _field("step", pa.int32(), "Optimizer step index, from 0, warmup included.", False),
         _field("rank", pa.int32(), "Global rank that timed the step.", False),
         _field("phase", pa.string(), "'warmup' or 'measured'.", False),
-        _field("t_start", pa.float64(), "Step start, rank's host clock, unix seconds.", False),
-        _field("t_end", pa.float64(), "Step end, rank's host clock, unix seconds.", False),
+        _field("t_start", pa.float64(), "Step start, unix seconds, on node 0's clock (as t).", False),
+        _field("t_end", pa.float64(), "Step end, unix seconds, on node 0's clock (as t).", False),
         _field("tokens", pa.int64(), "Tokens this rank's data-parallel replica consumed.", False),
         _field("loss", pa.float64(), "Training loss; null on ranks that do not compute it."),
         _field("stage", pa.int32(), "Pipeline stage of the rank (0 = first).", False),
@@ -102,7 +102,8 @@ TELEMETRY_FIELDS: tuple[str, ...] = tuple(f.name for f in _GPU_COLUMNS + _HOST_C
 
 TELEMETRY_SCHEMA = pa.schema(
     [
-        _field("t", pa.float64(), "Sample time on the node's clock, unix seconds.", False),
+        _field("t", pa.float64(), "Sample time, unix seconds, on node 0's clock (other nodes' "
+               "own times plus their inventory[].clock.applied_s).", False),
         _field("node", pa.int32(), "Node index (position in Manifest.inventory).", False),
         _field("device", pa.int32(), "Local device index; null on host rows."),
         _field("source", pa.string(), "'gpu' (one device) or 'host' (the node).", False),
@@ -115,6 +116,25 @@ TELEMETRY_SCHEMA = pa.schema(
 
 def _utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ClockSync(BaseModel):
+    """A node's wall clock against node 0's, measured at the start and at the end of a run.
+
+    Offsets are node 0's clock minus this node's, seconds; uncertainty is half the shortest
+    round trip of the timestamp exchange (kit.launch.clock). Null where not measured (a node
+    that died before the end).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    offset_start_s: float | None = Field(description="Offset before training, seconds.")
+    uncertainty_start_s: float | None = Field(description="Its uncertainty, seconds.")
+    offset_end_s: float | None = Field(description="Offset after training, seconds.")
+    uncertainty_end_s: float | None = Field(description="Its uncertainty, seconds.")
+    applied_s: float = Field(
+        description="Seconds added to this node's step times and telemetry timestamps to put "
+        "them on node 0's clock: the mean of the measured offsets.")
 
 
 class NodeInventory(BaseModel):
@@ -138,6 +158,16 @@ class NodeInventory(BaseModel):
     engine_versions: dict[str, str] = Field(
         description="Installed engine packages by name, e.g. {'megatron-core': '0.16.0'}."
     )
+    network: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Network devices: one dict per interface (kind 'interface': name, "
+        "speed_mbps, mtu, up) and per InfiniBand port (kind 'infiniband': name, port, state, "
+        "rate, link_layer).")
+    slurm_node: str | None = Field(
+        None, description="Slurm node name (SLURMD_NODENAME) when run under Slurm; host names "
+        "can be equal on every node of a test cluster, this is not.")
+    clock: ClockSync | None = Field(
+        None, description="This node's clock against node 0's; null on one-node runs.")
 
 
 class FieldSource(BaseModel):
