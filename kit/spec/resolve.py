@@ -166,6 +166,11 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
             f"platform {platform.name} ({platform.device_name}) is not present on this host; "
             "use --dry-run to resolve it here, or --platform cpu"
         )
+    if require_present and req.launcher == "local" and req.nodes > 1:
+        raise KitInputError(
+            f"--nodes {req.nodes} needs --launcher torchrun (with --node-rank and "
+            "--rdzv-endpoint on every node) or --launcher slurm (inside an allocation); "
+            "--dry-run resolves the layout")
     per_node = platform.devices_per_node
     if require_present and per_node is not None:
         # A host with fewer devices than the profile's full node (a 1-GPU workstation, a

@@ -43,9 +43,6 @@ def layout_violations(cfg: RunConfig) -> list[str]:
             f"global batch ({cfg.global_batch_size}) must be divisible by micro-batch x dp "
             f"({cfg.micro_batch_size} x {p.dp})"
         )
-    if cfg.launcher == "local" and cfg.nodes > 1:
-        out.append(f"--nodes {cfg.nodes} needs --launcher torchrun (with --node-rank and "
-                   "--rdzv-endpoint on every node) or --launcher slurm (inside an allocation)")
     if cfg.warmup >= cfg.total_steps:
         out.append("--steps must be at least 1")
     return out
