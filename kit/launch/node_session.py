@@ -124,6 +124,14 @@ def _clock_start(link: NodeLink) -> ClockOffset | None:
     return measure_clock(link.store, "start", role.node)
 
 
+def _interruption(interrupts: SignalCounter) -> str:
+    """What stopped the node, with Slurm's reason when Slurm sent the signal."""
+    from kit.launch.slurm import termination_cause
+
+    cause = termination_cause()
+    return interrupts.describe() + (f" ({cause})" if cause else "")
+
+
 def _exits(outcome: LaunchOutcome) -> dict[int, list[object]]:
     return {r: [e.code, e.signal, e.t] for r, e in outcome.exits.items()}
 
@@ -170,7 +178,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str],
             gpus = next((d for name, d in facts.items() if d and name != "replay"), None)
             record.inventory = node_inventory(gpus).model_dump(mode="json")
             record.ended, record.exits, record.killed = True, _exits(outcome), outcome.killed
-            record.interrupted_by = interrupts.describe() if interrupts.count else None
+            record.interrupted_by = _interruption(interrupts) if interrupts.count else None
             record.error, record.notes = launch_error, notes
             write_node_record(staging.path, record)
             log.info("ranks done: %s", record.exits)

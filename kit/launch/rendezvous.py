@@ -126,8 +126,10 @@ class NodeLink:
                 return
 
     def close(self) -> None:
-        """Stop the heartbeat (the store lives until the process ends)."""
+        """Stop the heartbeat and wait for it: a thread still inside a store call when the
+        interpreter exits aborts the process (std::terminate). The store lives on."""
         self._stop.set()
+        self._beat_thread.join(HEARTBEAT_S * 4)
 
     def put(self, key: str, value: str) -> None:
         """Set ``kit/<key>`` for every node to read."""
