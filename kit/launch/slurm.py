@@ -98,9 +98,20 @@ def termination_cause() -> str | None:
     except KitInputError:
         return None
     state = re.search(r"\bJobState=(\S+)", text)
-    reason = re.search(r"\bReason=(\S+)", text)
-    if state and state.group(1) == "CANCELLED":
-        return f"Slurm job {job} was cancelled (scancel)"
-    if state and state.group(1) == "TIMEOUT" or reason and reason.group(1) == "TimeLimit":
+    run = re.search(r"\bRunTime=(\S+)", text)
+    limit = re.search(r"\bTimeLimit=(\S+)", text)
+    if state and state.group(1) == "TIMEOUT" or (
+            run and limit and limit.group(1) != "UNLIMITED"
+            and _seconds(run.group(1)) >= _seconds(limit.group(1))):
         return f"Slurm job {job} reached its time limit"
-    return f"Slurm job {job} is {state.group(1) if state else 'ending'}"
+    # Still COMPLETING when its tasks get the signal; before the time limit that is scancel
+    return f"Slurm job {job} was cancelled (scancel)"
+
+
+def _seconds(text: str) -> int:
+    """Slurm's ``[D-]HH:MM:SS`` (or ``MM:SS``) as seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
