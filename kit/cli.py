@@ -53,7 +53,8 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
-    plan = plan_run(run_request(workload=workload, **opts), require_present=not dry_run)
+    req = run_request(workload=workload, **opts)
+    plan = plan_run(req, require_present=not dry_run)
     cfg = plan.cfg
     if plan.refusal and not (dry_run or force):
         raise KitInputError(plan.refusal)
@@ -61,9 +62,13 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         print_dry_run(cfg, as_json, plan.memory)
         return
     check_output_dir(out)
-    from kit.launch.session import run_session
+    from kit.launch.launchers import launch_run
 
-    result = run_session(cfg, out, command=sys.argv)
+    result = launch_run(cfg, req, out, command=sys.argv)
+    if result is None:
+        click.echo("node 0 did not say how the run ended; its bundle (if any) is in "
+                   f"{out.resolve()}", err=True)
+        sys.exit(1)
     if as_json:
         click.echo(json.dumps({"status": result.status, "error": result.error,
                                "bundle": str(result.bundle.resolve()),

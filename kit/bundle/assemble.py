@@ -7,16 +7,25 @@ the sampler's report, ``logs/``) plus how the launcher saw the ranks end, when i
 """
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import kit
 from kit.analysis.metrics import summarize
-from kit.bundle.schema import STEPS_SCHEMA, FieldSource, Manifest, MetricsFile, RankRecord
+from kit.bundle.schema import (
+    STEPS_SCHEMA,
+    FieldSource,
+    Manifest,
+    MetricsFile,
+    NodeInventory,
+    RankRecord,
+)
 from kit.bundle.writer import BundleStaging, concat_chunks
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
@@ -45,6 +54,23 @@ class RunEnd:
     error: str | None
     exits: dict[int, RankExit] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeData:
+    """One node's part of a run, as assembly needs it.
+
+    Attributes:
+        inventory: What the node was (with its clock against node 0's on multi-node runs).
+        chunks_dir: Where its sampler wrote telemetry chunks and its report.
+        report: Its sampler's report, or None.
+        offset_s: Seconds added to its step times and telemetry to put them on node 0's clock.
+    """
+
+    inventory: NodeInventory
+    chunks_dir: Path
+    report: SamplerReport | None
+    offset_s: float = 0.0
 
 
 def _git_commit() -> str | None:
@@ -79,13 +105,16 @@ def run_end(
     results: list[RankResult | None],
     logs_dir: Path,
     interrupted_by: str | None,
+    where: Callable[[int], str] | None = None,
 ) -> RunEnd:
     """Fold how the ranks ended into the run's status and headline error.
 
     A signal to the launcher makes the run ``interrupted`` whatever the ranks did (ranks it
     killed after their grace are named). Otherwise the headline is the first rank to end
     among those that failed, by the time the launcher reaped it, as torchrun reports it: a
-    rank killed by SIGKILL is blamed, not the peer whose collective then broke.
+    rank killed by SIGKILL is blamed, not the peer whose collective then broke (at equal times,
+    as torch's agent reports them in whole seconds, a rank ended by a signal comes first).
+    ``where`` names a rank's node on multi-node runs (e.g. ``node 1 (n2)``).
     """
     exits = outcome.exits
     if outcome.interrupted:
@@ -97,9 +126,12 @@ def run_end(
     failed = [r for r, res in enumerate(results) if _failed(res, exits.get(r))]
     if not failed:
         return RunEnd("ok", None, exits)
-    first = min(failed, key=lambda r: (exits[r].t if r in exits else float("inf"), r))
+    first = min(failed, key=lambda r: (exits[r].t if r in exits else float("inf"),
+                                       not (r in exits and exits[r].signal), r))
     res, ex = results[first], exits.get(first)
     how = ex.describe() if ex else "end not seen"
+    if where is not None:
+        how += f" on {where(first)}"
     if res is not None and res.status in ("failed", "oom") and res.error:
         return RunEnd(res.status, f"{res.error} ({how}, the first rank to end)", exits)
     tail = log_tail(logs_dir / f"rank{first}.log", 1)
@@ -107,17 +139,21 @@ def run_end(
     return RunEnd("failed", f"rank {first}: {how}, the first rank to end{last}", exits)
 
 
-def steps_table(results: list[RankResult | None]) -> pa.Table:
-    """Rows of ``steps.parquet`` from every rank that reported."""
+def steps_table(
+    results: list[RankResult | None], offset_s: Callable[[int], float] = lambda rank: 0.0
+) -> pa.Table:
+    """Rows of ``steps.parquet`` from every rank that reported, times shifted by the offset of
+    the rank's node to node 0's clock."""
     rows = []
     for res in results:
         if res is None:
             continue
         stage = res.placement.get("pp_rank", 0)
+        dt = offset_s(res.rank)
         for s in res.steps:
-            rows.append({"step": s.step, "rank": res.rank, "phase": s.phase, "t_start": s.t_start,
-                         "t_end": s.t_end, "tokens": s.tokens, "loss": s.loss, "stage": stage,
-                         "gpu_energy_j": s.gpu_energy_j})
+            rows.append({"step": s.step, "rank": res.rank, "phase": s.phase,
+                         "t_start": s.t_start + dt, "t_end": s.t_end + dt, "tokens": s.tokens,
+                         "loss": s.loss, "stage": stage, "gpu_energy_j": s.gpu_energy_j})
     return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
 
 
@@ -146,8 +182,9 @@ def rank_records(
         if status == "ok" and end.status == "interrupted":
             status = "interrupted"
         ok = status == "ok" and (ex is None or not ex.failed)
+        per_node = cfg.ranks_per_node
         out.append(RankRecord(
-            rank=r, node=res.node if res else 0, local_rank=res.local_rank if res else r,
+            rank=r, node=r // per_node, local_rank=res.local_rank if res else r % per_node,
             stage=pl["pp_rank"], **pl, status=status,
             error=None if status == "ok" else error,
             exit_code=ex.code if ex else None, signal=ex.signal if ex else None,
@@ -218,6 +255,19 @@ def telemetry_notes(report: SamplerReport | None) -> list[str]:
     return notes
 
 
+def node_telemetry(nodes: list[NodeData]) -> pa.Table:
+    """Every node's telemetry chunks, each node's timestamps shifted onto node 0's clock."""
+    tables = []
+    for n in nodes:
+        table = concat_chunks(n.chunks_dir)
+        if n.offset_s and table.num_rows:
+            t = table.schema.get_field_index("t")
+            table = table.set_column(t, table.schema.field(t),
+                                     pc.add(table.column(t), pa.scalar(n.offset_s)))
+        tables.append(table)
+    return pa.concat_tables(tables)
+
+
 def assemble_bundle(
     staging: BundleStaging,
     cfg: RunConfig,
@@ -225,6 +275,7 @@ def assemble_bundle(
     end: RunEnd,
     report: SamplerReport | None,
     missing_why: str,
+    nodes: list[NodeData] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the manifest, metrics, steps and telemetry of ``staging`` and publish it.
 
@@ -235,6 +286,8 @@ def assemble_bundle(
         end: How the run ended (:func:`run_end`, or a recovery's verdict).
         report: The sampler's report, or None when there was none.
         missing_why: Why a telemetry field no source fed is empty.
+        nodes: Every node's inventory, telemetry and clock offset, in node order; default: this
+            node alone, with ``report`` and the staging folder's chunks.
 
     Returns:
         The published bundle directory and its summary metrics.
@@ -242,10 +295,15 @@ def assemble_bundle(
     Raises:
         OSError: A file could not be written; the staging folder keeps its inputs.
     """
+    if nodes is None:
+        nodes = [NodeData(node_inventory(device_facts(report, replay=False)),
+                          staging.chunks_dir, report)]
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-    steps = steps_table([r or recover_rank_result(staging.path, i) for i, r in enumerate(results)])
-    telemetry = concat_chunks(staging.chunks_dir)
-    facts = [{"node": 0, **d} for d in device_facts(report, replay=True)]
+    steps = steps_table([r or recover_rank_result(staging.path, i) for i, r in enumerate(results)],
+                        lambda rank: nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s)
+    telemetry = node_telemetry(nodes)
+    facts = [{"node": i, **d} for i, n in enumerate(nodes)
+             for d in device_facts(n.report, replay=True)]
     summary, per_device, power, notes = summarize(
         cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r], facts
     )
@@ -274,7 +332,7 @@ def assemble_bundle(
         workload={**cfg.workload.model_dump(mode="json"),
                   "scaling": cfg.scaling.model_dump(mode="json") if cfg.scaling else None},
         platform=cfg.platform.model_dump(mode="json"),
-        inventory=[node_inventory(device_facts(report, replay=False))],
+        inventory=[n.inventory for n in nodes],
         telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
         ranks=rank_records(cfg, results, end, staging.logs_dir),
     )

@@ -46,8 +46,9 @@ STEPS_SCHEMA = pa.schema(
         column("step", pa.int32(), "Optimizer step index, from 0, warmup included.", False),
         column("rank", pa.int32(), "Global rank that timed the step.", False),
         column("phase", pa.string(), "'warmup' or 'measured'.", False),
-        column("t_start", pa.float64(), "Step start, rank's host clock, unix seconds.", False),
-        column("t_end", pa.float64(), "Step end, rank's host clock, unix seconds.", False),
+        column("t_start", pa.float64(), "Step start, unix seconds, on node 0's clock (as t).",
+               False),
+        column("t_end", pa.float64(), "Step end, unix seconds, on node 0's clock (as t).", False),
         column("tokens", pa.int64(), "Tokens this rank's data-parallel replica consumed.", False),
         column("loss", pa.float64(), "Training loss; null on ranks that do not compute it."),
         column("stage", pa.int32(), "Pipeline stage of the rank (0 = first).", False),
@@ -59,6 +60,25 @@ STEPS_SCHEMA = pa.schema(
 
 def _utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ClockSync(BaseModel):
+    """A node's wall clock against node 0's, measured at the start and at the end of a run.
+
+    Offsets are node 0's clock minus this node's, seconds; uncertainty is half the shortest
+    round trip of the timestamp exchange (kit.launch.clock). Null where not measured (a node
+    that died before the end).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    offset_start_s: float | None = Field(description="Offset before training, seconds.")
+    uncertainty_start_s: float | None = Field(description="Its uncertainty, seconds.")
+    offset_end_s: float | None = Field(description="Offset after training, seconds.")
+    uncertainty_end_s: float | None = Field(description="Its uncertainty, seconds.")
+    applied_s: float = Field(
+        description="Seconds added to this node's step times and telemetry timestamps to put "
+        "them on node 0's clock: the mean of the measured offsets.")
 
 
 class NodeInventory(BaseModel):
@@ -82,6 +102,16 @@ class NodeInventory(BaseModel):
     engine_versions: dict[str, str] = Field(
         description="Installed engine packages by name, e.g. {'megatron-core': '0.16.0'}."
     )
+    network: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Network devices: one dict per interface (kind 'interface': name, "
+        "speed_mbps, mtu, up) and per InfiniBand port (kind 'infiniband': name, port, state, "
+        "rate, link_layer).")
+    slurm_node: str | None = Field(
+        None, description="Slurm node name (SLURMD_NODENAME) when run under Slurm; host names "
+        "can be equal on every node of a test cluster, this is not.")
+    clock: ClockSync | None = Field(
+        None, description="This node's clock against node 0's; null on one-node runs.")
 
 
 class FieldSource(BaseModel):

@@ -1,8 +1,10 @@
 """Describe the node a run ran on, for the manifest."""
 
+import os
 import platform as pyplatform
 import socket
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -46,6 +48,39 @@ def _nvidia_driver() -> str | None:
         return None
 
 
+IB_SYSFS = Path("/sys/class/infiniband")
+
+
+def _sysfs(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _infiniband_ports() -> list[dict[str, Any]]:
+    """Every port of every InfiniBand (or RoCE) device the kernel lists, with its state."""
+    out = []
+    for dev in sorted(IB_SYSFS.glob("*")) if IB_SYSFS.is_dir() else []:
+        for port in sorted((dev / "ports").glob("*")):
+            out.append({"kind": "infiniband", "name": dev.name, "port": int(port.name),
+                        "state": _sysfs(port / "state"), "rate": _sysfs(port / "rate"),
+                        "link_layer": _sysfs(port / "link_layer")})
+    return out
+
+
+def network_devices() -> list[dict[str, Any]]:
+    """Network interfaces (but loopback) and InfiniBand ports of this node.
+
+    Speed is what the driver reports, in Mb/s; null where it reports none (virtual links).
+    """
+    stats = psutil.net_if_stats()
+    eth = [{"kind": "interface", "name": name, "speed_mbps": st.speed or None, "mtu": st.mtu,
+            "up": st.isup}
+           for name, st in sorted(stats.items()) if name != "lo"]
+    return eth + _infiniband_ports()
+
+
 def node_inventory(device_facts: list[dict[str, Any]] | None = None) -> NodeInventory:
     """Hardware and software of this node.
 
@@ -70,4 +105,6 @@ def node_inventory(device_facts: list[dict[str, Any]] | None = None) -> NodeInve
         python=pyplatform.python_version(),
         torch=torch.__version__,
         engine_versions=_installed(ENGINE_PACKAGES),
+        network=network_devices(),
+        slurm_node=os.environ.get("SLURMD_NODENAME"),
     )

@@ -1,6 +1,8 @@
 """The files a rank and its launcher exchange inside the bundle's staging directory.
 
 ``launcher.json`` (who launched the run: pid, host, command; ``bundle recover`` reads it),
+``nodes/node<K>.json`` (a multi-node run's node agents: who they are, then how their ranks
+ended; node 0 merges them), ``agents/`` (torch's elastic agents' own files),
 ``run-config.json`` (the resolved RunConfig, written by the launcher), ``ranks/rank<N>.json``
 (each rank's result, written atomically at exit) and ``ranks/rank<N>.steps.jsonl`` (each rank's
 steps as they end: a rank killed before its exit leaves the steps it ran, and the launcher
@@ -23,7 +25,9 @@ from kit.spec.run import RunConfig
 CONFIG_FILE = "run-config.json"
 RANKS_DIR = "ranks"
 LAUNCHER_FILE = "launcher.json"
-SCRATCH = (CONFIG_FILE, RANKS_DIR, LAUNCHER_FILE)
+NODES_DIR = "nodes"
+AGENTS_DIR = "agents"
+SCRATCH = (CONFIG_FILE, RANKS_DIR, LAUNCHER_FILE, NODES_DIR, AGENTS_DIR)
 """What the launcher and ranks exchange in a staging folder; not part of the bundle."""
 
 
@@ -196,3 +200,56 @@ def recover_rank_result(staging: Path, rank: int) -> RankResult | None:
         return None
     return RankResult(rank=rank, local_rank=rank, node=0, placement={"pp_rank": stage},
                       steps=steps)
+
+
+@dataclass
+class NodeRecord:
+    """What one node agent of a multi-node run tells node 0, through the shared folder.
+
+    Written when the agent starts (``ended`` False) and again when its ranks are done: a record
+    still not ``ended`` when node 0 assembles is an agent that died without a word.
+
+    Attributes:
+        node: Node index.
+        host: Host name of the agent.
+        pid: The agent's process id.
+        ranks: Global ranks this node started.
+        inventory: Its :class:`~kit.bundle.schema.NodeInventory`, as JSON.
+        ended: Whether its ranks are done and this record says how.
+        exits: Per global rank, how its process ended: ``[code, signal, t]`` (t on this node's
+            clock, unix seconds).
+        interrupted_by: What stopped the node (a signal to the agent), or None.
+        killed: Ranks the agent killed after their grace.
+        error: The agent's own failure (the elastic agent raised), or None.
+        notes: Notes for ``metrics.json`` (telemetry problems).
+        clock_start: This node's :class:`~kit.launch.clock.ClockOffset` before training, as a
+            dict; None on node 0.
+    """
+
+    node: int
+    host: str
+    pid: int
+    ranks: list[int]
+    inventory: dict[str, Any]
+    ended: bool = False
+    exits: dict[int, list[Any]] = field(default_factory=dict)
+    interrupted_by: str | None = None
+    killed: list[int] = field(default_factory=list)
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    clock_start: dict[str, float] | None = None
+
+
+def write_node_record(staging: Path, record: NodeRecord) -> None:
+    """Store one node agent's record."""
+    write_json_atomic(staging / NODES_DIR / f"node{record.node}.json", asdict(record))
+
+
+def read_node_record(staging: Path, node: int) -> NodeRecord | None:
+    """Load one node agent's record, or None when it never wrote one."""
+    path = staging / NODES_DIR / f"node{node}.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    data["exits"] = {int(r): v for r, v in data["exits"].items()}
+    return NodeRecord(**data)

@@ -9,6 +9,7 @@ so far, for ``bundle recover``.
 """
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,9 @@ class SessionResult:
     cfg: RunConfig
 
 
-def telemetry_plan(cfg: RunConfig) -> tuple[list[SourceSpec], str]:
-    """Sources the node sampler builds (each backend's own :meth:`plan`), and why a field no
-    source fills is empty.
+def telemetry_plan(cfg: RunConfig, node: int = 0) -> tuple[list[SourceSpec], str]:
+    """Sources node ``node``'s sampler builds (each backend's own :meth:`plan`), and why a
+    field no source fills is empty.
 
     Zeus is not a sampler source: its windows live in the ranks (see kit.launch.worker).
     """
@@ -55,58 +56,68 @@ def telemetry_plan(cfg: RunConfig) -> tuple[list[SourceSpec], str]:
         return [], "telemetry off (--telemetry-interval-ms 0)"
     backends = {name: load_source_class(source_target(name))
                 for name in cfg.platform.telemetry if name not in RANK_SIDE_SOURCES}
-    specs: list[SourceSpec] = [(name, cls.plan(cfg, node=0)) for name, cls in backends.items()]
+    specs: list[SourceSpec] = [(name, cls.plan(cfg, node=node)) for name, cls in backends.items()]
     device_backends = [name for name, cls in backends.items() if cls.reads_devices]
     why = (f"no backend of {device_backends} could read it" if device_backends
            else f"platform {cfg.platform.name} has no device telemetry backend")
     return specs, why
 
 
-def _missing_reason(why: str, report: SamplerReport | None, notes: list[str]) -> str:
+def missing_reason(why: str, report: SamplerReport | None, notes: list[str]) -> str:
     """Why a field has no source; a sampler that failed left no report, maybe some rows."""
     if report is not None or not notes:
         return why
     return f"the sampler gave no report ({notes[-1]}); rows it streamed before are kept"
 
 
-def _sample_and_launch(
-    cfg: RunConfig, staging: BundleStaging, command: list[str], interrupts: SignalCounter,
-    worker: str,
+def sample_and_launch(
+    cfg: RunConfig,
+    chunks_dir: Path,
+    node: int,
+    launch: Callable[[Callable[[], None]], LaunchOutcome],
+    watcher: ProgressWatcher | None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
-    """Start the sampler, run the ranks, stop the sampler; never raises."""
-    sources, _ = telemetry_plan(cfg)
+    """Start this node's sampler, run ``launch(on_poll)``, stop the sampler; never raises.
+
+    Returns:
+        How the ranks ended, the sampler's report, telemetry notes, and the launcher's own
+        failure (one line) when it raised.
+    """
+    sources, _ = telemetry_plan(cfg, node)
     notes: list[str] = []
     report: SamplerReport | None = None
     sampler: TelemetrySampler | None = None
     outcome = LaunchOutcome()
     launch_error: str | None = None
-    label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
-    watcher = ProgressWatcher(steps_log_path(staging.path, 0), cfg.total_steps, cfg.warmup, label)
     try:
         if sources:
             sampler = TelemetrySampler(
-                sources, interval_ms=cfg.telemetry_interval_ms, chunks_dir=staging.chunks_dir
+                sources, interval_ms=cfg.telemetry_interval_ms, chunks_dir=chunks_dir
             )
             try:
                 sampler.start()
             except TelemetryError as e:  # telemetry is lost, the run is not
-                notes.append(f"telemetry: sampler did not start: {e}")
+                who = "sampler" if node == 0 else f"node {node}'s sampler"
+                notes.append(f"telemetry: {who} did not start: {e}")
                 sampler = None
-        outcome = launch_local(
-            cfg, staging.path, staging.logs_dir, interrupts,
-            on_started=lambda pids: write_launcher_record(staging.path, command, pids),
-            on_poll=watcher.poll, worker=worker,
-        )
+        outcome = launch(watcher.poll if watcher is not None else lambda: None)
     except Exception as e:  # the launcher itself broke: still publish a bundle saying so
-        launch_error = f"launcher: {type(e).__name__}: {e}"
+        launch_error = f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     finally:
-        watcher.close()
+        if watcher is not None:
+            watcher.close()
         if sampler is not None:
             try:
                 report = sampler.stop(SAMPLER_STOP_TIMEOUT_S)
             except TelemetryError as e:
                 notes.append(f"telemetry: {e}")
     return outcome, report, notes, launch_error
+
+
+def progress_watcher(cfg: RunConfig, staging: Path) -> ProgressWatcher:
+    """Progress of rank 0's steps, as the launcher shows it."""
+    label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
+    return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label)
 
 
 def run_session(cfg: RunConfig, out: Path, command: list[str],
@@ -123,8 +134,13 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])
         write_config(staging.path, cfg)
-        outcome, report, notes, launch_error = _sample_and_launch(cfg, staging, command,
-                                                                  interrupts, worker)
+        outcome, report, notes, launch_error = sample_and_launch(
+            cfg, staging.chunks_dir, 0,
+            lambda on_poll: launch_local(
+                cfg, staging.path, staging.logs_dir, interrupts,
+                on_started=lambda pids: write_launcher_record(staging.path, command, pids),
+                on_poll=on_poll, worker=worker),
+            progress_watcher(cfg, staging.path))
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
         end = run_end(outcome, results, staging.logs_dir,
                       interrupts.describe() if interrupts.count else None)
@@ -134,7 +150,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         _, missing_why = telemetry_plan(cfg)
         try:
             path, summary = assemble_bundle(staging, cfg, command, end, report,
-                                   _missing_reason(missing_why, report, notes))
+                                   missing_reason(missing_why, report, notes))
         except OSError as e:
             raise RunNotPublished(_not_published(e, staging)) from e
     return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg)

@@ -9,6 +9,7 @@ from kit.spec.detect import detect_platform, local_accelerator_names, platform_p
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
 from kit.spec.run import (
+    Launcher,
     OptimizationConfig,
     ParallelConfig,
     Recompute,
@@ -37,10 +38,21 @@ class RunRequest(BaseModel):
     engine: str = Field(
         "megatron", description="Training engine: a registered name (kit/engines: megatron, "
         "deepspeed).")
-    launcher: Literal["local", "slurm"] = Field(
-        "local", description="How ranks start; slurm is not available yet (refused).")
+    launcher: Launcher = Field(
+        "local", description="How ranks start: local (this node only), torchrun (run the same "
+        "command on every node with --node-rank and --rdzv-endpoint), slurm (inside an "
+        "allocation: one node agent per node through srun). See docs/multi-node.md.")
     nodes: int = Field(
-        1, gt=0, description="Nodes (a real run: one node; more resolve with --dry-run).")
+        1, gt=0, description="Nodes; more than one needs --launcher torchrun or slurm.")
+    node_rank: int | None = Field(
+        None, ge=0, description="torchrun: this node's index, 0 .. nodes-1 (node 0 hosts the "
+        "rendezvous and publishes the bundle).")
+    rdzv_endpoint: str | None = Field(
+        None, description="torchrun: HOST:PORT of node 0's rendezvous store, the same on "
+        "every node.")
+    rdzv_timeout: int = Field(
+        300, gt=0, description="Seconds every node may take to join the rendezvous (and to "
+        "report at the end) before the run stops with an error naming the missing node.")
     tp: int = Field(1, gt=0, description="Tensor-parallel degree.")
     pp: int = Field(1, gt=0, description="Pipeline-parallel degree (stages).")
     dp: int | None = Field(
@@ -129,10 +141,13 @@ def apply_scaling(
 
 def _data_parallel(req: RunRequest, platform: PlatformSpec, per_node: int | None) -> int:
     model_ranks = req.tp * req.pp * req.cp
-    if per_node is None:  # cpu: the world is whatever the degrees ask for
-        if req.nodes > 1:
-            raise KitInputError("the cpu platform runs on one node; drop --nodes")
-        return req.dp or 1
+    if per_node is None:  # cpu: the world is whatever the degrees ask for, split over the nodes
+        dp = req.dp or 1
+        if (model_ranks * dp) % req.nodes:
+            raise KitInputError(
+                f"tp x pp x cp x dp ({model_ranks * dp}) ranks cannot be split evenly over "
+                f"--nodes {req.nodes}; change --dp or --nodes")
+        return dp
     world = req.nodes * per_node
     if world % model_ranks:
         raise KitInputError(
@@ -187,11 +202,11 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
             f"platform {platform.name} ({platform.device_name}) is not present on this host; "
             "use --dry-run to resolve it here, or --platform cpu"
         )
-    if require_present and req.nodes > 1:
+    if require_present and req.launcher == "local" and req.nodes > 1:
         raise KitInputError(
-            f"--nodes {req.nodes}: a run starts ranks on this node only (multi-node launch "
-            "through torchrun or Slurm is not available yet); --dry-run resolves the layout"
-        )
+            f"--nodes {req.nodes} needs --launcher torchrun (with --node-rank and "
+            "--rdzv-endpoint on every node) or --launcher slurm (inside an allocation); "
+            "--dry-run resolves the layout")
     per_node = platform.devices_per_node
     if require_present and per_node is not None:
         # A host with fewer devices than the profile's full node (a 1-GPU workstation, a

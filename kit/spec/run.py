@@ -10,6 +10,7 @@ from kit.spec.workload import ScalingRecord, WorkloadSpec
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
+Launcher = Literal["local", "torchrun", "slurm"]
 
 
 class ParallelConfig(BaseModel):
@@ -73,7 +74,9 @@ class RunConfig(BaseModel):
     )
     platform: PlatformSpec
     engine: str = Field("megatron", description="Registered engine name (kit.engines).")
-    launcher: Literal["local", "slurm"] = "local"
+    launcher: Launcher = Field(
+        "local", description="How ranks started: local (one node), torchrun or slurm (a node "
+        "agent per node, torch's elastic agent starting its ranks).")
     nodes: int = Field(1, gt=0, description="Nodes; world size = nodes x devices per node.")
     devices_per_node: int | None = Field(
         None, gt=0,
@@ -111,6 +114,11 @@ class RunConfig(BaseModel):
     def world_size(self) -> int:
         """Total ranks."""
         return self.parallel.world_size
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks each node starts: its devices, or on cpu the world split over the nodes."""
+        return self.devices_per_node or self.world_size // self.nodes
 
     @property
     def grad_accum_steps(self) -> int:

@@ -43,8 +43,6 @@ def layout_violations(cfg: RunConfig) -> list[str]:
             f"global batch ({cfg.global_batch_size}) must be divisible by micro-batch x dp "
             f"({cfg.micro_batch_size} x {p.dp})"
         )
-    if cfg.launcher != "local":
-        out.append("--launcher slurm is not available yet; run one node with --launcher local")
     if cfg.warmup >= cfg.total_steps:
         out.append("--steps must be at least 1")
     return out

@@ -57,7 +57,8 @@ TELEMETRY_FIELDS: tuple[str, ...] = tuple(f.name for f in _GPU_COLUMNS + _HOST_C
 
 TELEMETRY_SCHEMA = pa.schema(
     [
-        column("t", pa.float64(), "Sample time on the node's clock, unix seconds.", False),
+        column("t", pa.float64(), "Sample time, unix seconds, on node 0's clock (other nodes' "
+               "own times plus their inventory[].clock.applied_s).", False),
         column("node", pa.int32(), "Node index (position in Manifest.inventory).", False),
         column("device", pa.int32(), "Local device index; null on host rows."),
         column("source", pa.string(), "'gpu' (one device) or 'host' (the node).", False),

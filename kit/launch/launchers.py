@@ -1,0 +1,42 @@
+"""Which launcher runs a resolved config: one node locally, or this node's part of many."""
+
+import os
+import sys
+from pathlib import Path
+
+from kit.launch.session import SessionResult
+from kit.spec.resolve import RunRequest
+from kit.spec.run import RunConfig
+
+
+def launch_run(cfg: RunConfig, req: RunRequest, out: Path,
+               command: list[str]) -> SessionResult | None:
+    """Run ``cfg`` with the launcher it names and return how it ended.
+
+    ``local`` runs every rank here (kit.launch.session). ``torchrun`` runs this node's part
+    (kit.launch.node_session), with the node's place from ``--node-rank`` and
+    ``--rdzv-endpoint``; ``slurm`` starts one such agent per node with srun and exits with
+    srun's code (kit.launch.slurm), and in each srun task is that node's agent. None: a node
+    other than 0 that node 0 did not tell how the run ended.
+
+    Raises:
+        KitInputError: Missing or bad node options, a node that did not join, an output folder
+            that is not shared.
+    """
+    if cfg.launcher == "local":
+        from kit.launch.session import run_session
+
+        return run_session(cfg, out, command)
+    from kit.launch.node_session import run_node_session
+
+    if cfg.launcher == "slurm":
+        from kit.launch import slurm
+
+        if os.environ.get(slurm.AGENT_ENV) != "1":  # the command itself: start the agents
+            sys.exit(slurm.start_agents(cfg.nodes, command))
+        role = slurm.slurm_role(cfg.nodes, req.rdzv_timeout)
+    else:
+        from kit.launch.rendezvous import torchrun_role
+
+        role = torchrun_role(req.node_rank, cfg.nodes, req.rdzv_endpoint, req.rdzv_timeout)
+    return run_node_session(cfg, out, command, role)

@@ -1,0 +1,127 @@
+"""Multi-node runs without Slurm: two node agents on this host, like torchrun on two nodes.
+
+Each test starts two real ``charllm-kit run --launcher torchrun`` processes (node 0 and node 1,
+2 gloo ranks each: gpt3-tiny TP2 x DP2) that meet at a rendezvous endpoint on localhost.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import REPO, bundle_path, kit_cli
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_node(node: int, out: Path, port: int, *extra: str, steps: int = 3) -> subprocess.Popen:
+    """One node agent: ``run ... --launcher torchrun --node-rank NODE``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--nodes", "2", "--tp", "2",
+         "--dp", "2", "--launcher", "torchrun", "--node-rank", str(node), "--rdzv-endpoint",
+         f"127.0.0.1:{port}", "--steps", str(steps), "--warmup", "1", "--out", str(out), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
+    )
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+def manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_make_one_bundle_with_both_nodes_telemetry_and_inventory(tmp_path, cli):
+    port = free_port()
+    (rc0, out0, err0), (rc1, out1, err1) = finish(
+        [start_node(0, tmp_path, port), start_node(1, tmp_path, port)])
+    assert rc0 == 0 and rc1 == 0, err0 + err1
+    bundle = bundle_path(out0)
+    assert bundle_path(out1) == bundle  # node 1 names the bundle node 0 published
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "ok" and m["config"]["nodes"] == 2
+    assert [(r["rank"], r["node"], r["local_rank"]) for r in m["ranks"]] == [
+        (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    assert len(m["inventory"]) == 2
+    for node in m["inventory"]:
+        assert node["network"] and node["cpu_count"] > 0
+        assert node["clock"]["uncertainty_start_s"] is not None
+    assert m["inventory"][0]["clock"]["applied_s"] == 0.0
+    assert abs(m["inventory"][1]["clock"]["offset_start_s"]) < 0.5  # one host, one clock
+    nodes = set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist())
+    assert nodes == {0, 1}
+    steps = pq.read_table(bundle / "steps.parquet").to_pylist()
+    assert {r["rank"] for r in steps} == {0, 1, 2, 3}
+    logs = sorted(p.name for p in (bundle / "logs").iterdir())
+    assert logs == ["node0.log", "node1.log", "rank0.log", "rank1.log", "rank2.log",
+                    "rank3.log"]
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path, cli):
+    port = free_port()
+    node0 = start_node(0, tmp_path, port, steps=400)
+    node1 = start_node(1, tmp_path, port, steps=400)
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline:
+        log = next(tmp_path.glob(".*.partial/ranks/rank2.steps.jsonl"), None)
+        if log is not None and log.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.2)
+    else:
+        node0.kill(), node1.kill()
+        pytest.fail("node 1's ranks did not train")
+    os.kill(node1.pid, signal.SIGKILL)
+    (rc0, out0, err0), _ = finish([node0, node1], timeout=200)
+    assert rc0 == 1, err0
+    bundle = bundle_path(out0)
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "failed"
+    assert m["error"].startswith("node 1 ") and "SIGKILL" in m["error"], m["error"]
+    assert "its ranks 2, 3" in m["error"]
+    nodes = set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist())
+    assert nodes == {0, 1}  # node 1's samples up to its death are kept
+
+
+@pytest.mark.timeout(120)
+def test_an_output_folder_not_shared_is_one_line_before_training(tmp_path):
+    port = free_port()
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    (rc0, _, err0), (rc1, _, err1) = finish(
+        [start_node(0, tmp_path / "a", port), start_node(1, tmp_path / "b", port)])
+    for rc, err in ((rc0, err0), (rc1, err1)):
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert rc == 2 and len(lines) == 1 and "is not shared between nodes" in lines[0], err
+    assert not list((tmp_path / "a").iterdir())  # node 0 removed its staging folder
+
+
+@pytest.mark.timeout(60)
+def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
+    t0 = time.monotonic()
+    r = kit_cli("run", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--launcher",
+                "torchrun", "--node-rank", "0", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                "--rdzv-timeout", "3", "--out", str(tmp_path), timeout=60)
+    assert r.returncode == 2 and time.monotonic() - t0 < 40
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "not every node joined the rendezvous" in lines[0], r.stderr
