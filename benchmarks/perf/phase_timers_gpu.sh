@@ -8,19 +8,19 @@ set -uo pipefail
 TAG="$1"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export CHARLLM_SPEED=fusions,wgrad_fusion,cross_entropy,fused_adam,foreach_optim  # no cuda_graph
+SPEED=fusions,wgrad_fusion,cross_entropy,fused_adam,foreach_optim  # no cuda_graph
 OUT="${OUT:-results/evidence}"; RUNS=/tmp/phase-runs; mkdir -p "$OUT" "$RUNS"
-ARGS=(gpt3-1.3b --micro-batch 4 --global-batch 16 --steps 10 --warmup 3 --telemetry-interval-ms 0)
+ARGS=(gpt3-1.3b --micro-batch 4 --global-batch 16 --steps 10 --warmup 3 --telemetry-interval-ms 0
+      --speed "$SPEED")
 {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
   python3 -c "import torch, megatron.core as m; print('# torch', torch.__version__, 'megatron-core', m.__version__)" 2>&1 | tail -1
-  echo "# CHARLLM_SPEED=$CHARLLM_SPEED"
-  for timers in 1 0 1 0; do
-    echo "\$ CHARLLM_PHASE_TIMERS=$timers charllm-kit run ${ARGS[*]}"
-    CHARLLM_PHASE_TIMERS=$timers timeout 200 python3 -m kit run "${ARGS[@]}" --out "$RUNS/t$timers" 2>&1 \
+  for timers in phase-timers no-phase-timers phase-timers no-phase-timers; do
+    echo "\$ charllm-kit run ${ARGS[*]} --$timers"
+    timeout 200 python3 -m kit run "${ARGS[@]}" "--$timers" --out "$RUNS/$timers" 2>&1 \
       | grep -v -i warn | grep -E "^(status|step time|MFU)|rror"
   done
-  LAST=$(ls -d "$RUNS"/t1/2* | tail -1)
+  LAST=$(ls -d "$RUNS"/phase-timers/2* | tail -1)
   echo "\$ charllm-kit bundle show <the last timed run>"
   python3 -m kit bundle show "$LAST" 2>&1 | grep -v -i warn
 } 2>&1 | tee "$OUT/phase-timers-$TAG.txt"

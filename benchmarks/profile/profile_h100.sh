@@ -4,7 +4,7 @@
 # Two runs of gpt3-1.3b at the engine_throughput shape (micro-batch 4, global 16), 2 warmup and
 # 4 measured steps, profiling measured step 3 (steps 2, 4, 5 run unprofiled):
 #   graph:  the kit default (the step replays a CUDA graph), --profile-steps 3;
-#   eager:  CUDA graph off (CHARLLM_SPEED without cuda_graph), --profile-steps 3 --chakra, so
+#   eager:  CUDA graph off (--speed without cuda_graph), --profile-steps 3 --chakra, so
 #           the execution trace sees every operator; its ET is linked and converted by Chakra
 #           when the chakra package is installed (pip install --no-deps third_party/wheels/*.whl
 #           holistictraceanalysis==0.5.0 and the `chakra` extra; the script tries, offline it
@@ -46,10 +46,10 @@ keep() {  # keep <file> <name>: gzip a file into $OUT when it fits the size limi
     python3 -c "import chakra.src.trace_link.trace_linker; print('# chakra importable')" 2>&1 | tail -1
   fi
   for mode in ${MODES:-graph eager}; do
-    extra=(); speed=()
-    if [[ $mode == eager ]]; then extra=(--chakra); speed=(env CHARLLM_SPEED=$EAGER_SPEED); fi
-    echo "\$ ${speed[*]} charllm-kit run ${ARGS[*]} ${extra[*]}"
-    "${speed[@]}" timeout 250 python3 -m kit run "${ARGS[@]}" "${extra[@]}" --out "$RUNS/$mode" 2>&1 \
+    extra=()
+    if [[ $mode == eager ]]; then extra=(--chakra --speed "$EAGER_SPEED"); fi
+    echo "\$ charllm-kit run ${ARGS[*]} ${extra[*]}"
+    timeout 250 python3 -m kit run "${ARGS[@]}" "${extra[@]}" --out "$RUNS/$mode" 2>&1 \
       | grep -v -i warn | grep -E "^(status|step time|MFU|/)|rror"
     B=$(ls -d "$RUNS/$mode"/2* 2>/dev/null | tail -1)
     if [[ -z "$B" ]]; then echo "# $mode: no bundle"; continue; fi
