@@ -94,7 +94,12 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         print_dry_run(cfg, as_json, memory)
         return
     check_output_dir(out)
+    from kit.container.detect import container_record, shm_hint
     from kit.launch.session import run_session
+
+    hint = shm_hint(container_record())
+    if hint:
+        click.echo(f"warning: {hint}", err=True)
 
     result = run_session(cfg, out, command=sys.argv)
     if as_json:
@@ -190,6 +195,23 @@ def platforms_detect() -> None:
     spec = detect_platform()
     devices = ", ".join(local_accelerator_names()) or "no accelerators"
     click.echo(f"{spec.name}\t{spec.device_name} ({devices})")
+
+
+@cli.group()
+def container() -> None:
+    """The container this runs in."""
+
+
+@container.command("show")
+def container_show() -> None:
+    """Print the container record the kit writes into bundles (JSON), or that there is none."""
+    from kit.container.detect import container_record, shm_hint
+
+    record = container_record()
+    click.echo(record.model_dump_json(indent=2) if record else "not in a container")
+    hint = shm_hint(record)
+    if hint:
+        click.echo(f"warning: {hint}", err=True)
 
 
 @cli.group()

@@ -14,6 +14,8 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
 * ``schema``: different bundle schema versions.
 * ``status``: a run that failed, ran out of memory or was interrupted; ``partial``: a run that
   ended ok but measured fewer steps than it was asked to.
+* ``image``: the container images the runs ran in, by content digest: the same image in all
+  (a match, said so that two sites can see they ran one software stack) or not.
 """
 
 from collections.abc import Callable
@@ -147,6 +149,27 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
     return checks
 
 
+def _image_checks(bundles: list[Bundle]) -> list[Check]:
+    """One image in all runs (only a digest proves it), or which image each run had."""
+    def identity(b: Bundle) -> str:
+        c = b.manifest.get("container")
+        if not c:
+            return "no container recorded"
+        built = f"{c.get('flavour') or 'no'} flavour, revision {(c.get('revision') or '?')[:12]}"
+        if c.get("digest"):  # the image's own properties only: sites may name it differently
+            return f"{c['digest'][:19]} ({built})"
+        return f"{c.get('image') or 'an unnamed image'} ({built}), digest unknown"
+
+    digests = {(b.manifest.get("container") or {}).get("digest") for b in bundles}
+    if len(digests) == 1 and None not in digests:
+        name = bundles[0].manifest["container"].get("image")
+        return [Check("image", f"same image in all {len(bundles)} runs: {identity(bundles[0])}"
+                               + (f", run as {name}" if name else ""))]
+    if not any(b.manifest.get("container") for b in bundles):
+        return []
+    return _differs("image", "or unidentified container images", bundles, identity)
+
+
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
     def config(key: str) -> Callable[[Bundle], Any]:
@@ -173,4 +196,5 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
         *_differs("schema", "bundle schema versions", bundles,
                   lambda b: b.manifest["schema_version"]),
         *_status_checks(bundles),
+        *_image_checks(bundles),
     ]

@@ -25,6 +25,7 @@ from kit.bundle.schema import (
     RankRecord,
 )
 from kit.bundle.writer import BundleStaging, concat_chunks
+from kit.container.detect import container_record
 from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.placement import rank_placement
@@ -283,5 +284,6 @@ def assemble_bundle(
         inventory=[node_inventory(device_facts(report, replay=False))],
         telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
         ranks=rank_records(cfg, results, end, staging.logs_dir),
+        container=container_record(),
     )
     return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH), summary
