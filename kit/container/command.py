@@ -98,9 +98,10 @@ def default_runtime() -> Runtime:
     """
     if shutil.which("docker") and Path("/var/run/docker.sock").exists():
         return "docker"
-    for runtime in ("podman", "apptainer"):
-        if shutil.which(runtime):
-            return runtime  # type: ignore[return-value]
+    if shutil.which("podman"):
+        return "podman"
+    if shutil.which("apptainer"):
+        return "apptainer"
     return "docker"
 
 
