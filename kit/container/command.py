@@ -4,7 +4,7 @@ One function writes it for every runtime, for ``./run.sh --container`` (this nod
 multi-node Slurm launcher, which will run it on every node when multi-node launch lands. Devices:
 
     docker     --gpus all (NVIDIA Container Toolkit)
-    podman     --device nvidia.com/gpu=all (CDI; podman has no --gpus before 5.0)
+    podman     --device nvidia.com/gpu=all (CDI; podman 4.3, Debian 12's, has no --gpus)
     either     --device /dev/kfd --device /dev/dri --group-add video on AMD (ROCm's guide)
     apptainer  exec --nv | --rocm
     pyxis      srun --container-image: enroot's hooks bring the GPUs the site configured
