@@ -6,6 +6,9 @@
 #   ./run.sh gpt3-small --tp 2       any workload and `charllm-kit run` options
 #   ./run.sh test                    run the test suite (what CI runs)
 #   ./run.sh workloads list          any other charllm-kit command
+#   ./run.sh --container [--platform P] [--container-runtime R] [--image I] [--dry-run] [...]
+#                                    the same run inside the platform's image (docker/README.md);
+#                                    --dry-run prints the exact container command
 #
 # Environment: CHARLLM_VENV (default .venv), CHARLLM_TORCH (the torch requirement used on a
 # host without one; default torch==2.13.0, a CPU build on this project's machines).
@@ -54,11 +57,19 @@ setup
 KIT=("$VENV/bin/python" -m kit)
 
 case "${1:-}" in
+  --container)
+    # `charllm-kit container run` takes the workload first, like `run`: the default when none.
+    shift
+    case "${1:-}" in
+      ""|-*) set -- "${CHARLLM_WORKLOAD:-gpt3-tiny}" "$@" ;;
+    esac
+    exec "${KIT[@]}" container run "$@"
+    ;;
   test)
     shift
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
-  run|sweep|bundle|compare|report|workloads|platforms|--help|-h|--version)
+  run|sweep|bundle|compare|report|workloads|platforms|container|--help|-h|--version)
     exec "${KIT[@]}" "$@"
     ;;
   ""|-*)

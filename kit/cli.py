@@ -15,6 +15,7 @@ from typing import NoReturn
 import click
 
 from kit.cli_options import model_options
+from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
@@ -62,7 +63,12 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         print_dry_run(cfg, as_json, plan.memory)
         return
     check_output_dir(out)
+    from kit.container.detect import container_record, shm_hint
     from kit.launch.launchers import launch_run
+
+    hint = shm_hint(container_record())
+    if hint:
+        click.echo(f"warning: {hint}", err=True)
 
     result = launch_run(cfg, req, out, command=sys.argv)
     if result is None:
@@ -214,6 +220,54 @@ def platforms_detect() -> None:
     spec = detect_platform()
     devices = ", ".join(local_accelerator_names()) or "no accelerators"
     click.echo(f"{spec.name}\t{spec.device_name} ({devices})")
+
+
+@cli.group()
+def container() -> None:
+    """Run the kit in a platform's container image; show the container this runs in."""
+
+
+@container.command("show")
+def container_show() -> None:
+    """Print the container record the kit writes into bundles (JSON), or that there is none."""
+    from kit.container.detect import container_record, shm_hint
+
+    record = container_record()
+    click.echo(record.model_dump_json(indent=2) if record else "not in a container")
+    hint = shm_hint(record)
+    if hint:
+        click.echo(f"warning: {hint}", err=True)
+
+
+@container.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("workload")
+@click.argument("run_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--platform", help="Platform name or YAML (default: detect this host).")
+@click.option("--container-runtime", "runtime", type=click.Choice(RUNTIMES),
+              help="Runtime (default: docker if its daemon listens, else podman, apptainer).")
+@click.option("--image", help="Image to run (default: the platform's container_image).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Host folder for the bundle, bound at the same path.")
+@click.option("--dry-run", is_flag=True, help="Print the command only; run nothing.")
+def container_run(workload: str, run_args: tuple[str, ...], platform: str | None,
+                  runtime: str | None, image: str | None, out: Path, dry_run: bool) -> None:
+    """Run `charllm-kit run WORKLOAD RUN_ARGS...` inside the platform's image (docker/README.md).
+
+    This is `./run.sh --container`. A platform not on this host is refused unless --dry-run.
+    """
+    import os
+    import shlex
+
+    from kit.container.command import run_in_container
+
+    argv = run_in_container(workload, run_args, platform, runtime, image, out, dry_run)
+    if dry_run:
+        click.echo(shlex.join(argv))
+        return
+    check_output_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    click.echo(shlex.join(argv), err=True)
+    os.execvp(argv[0], argv)
 
 
 @cli.group()

@@ -16,6 +16,8 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
 * ``schema``: different bundle schema versions.
 * ``status``: a run that failed, ran out of memory or was interrupted; ``partial``: a run that
   ended ok but measured fewer steps than it was asked to.
+* ``image``: the container images the runs ran in, by content digest: the same image in all
+  (a match, said so that two sites can see they ran one software stack) or not.
 """
 
 from collections.abc import Callable
@@ -162,6 +164,28 @@ def _unverified_checks(bundles: list[Bundle]) -> list[Check]:
             for b in bundles if b.verification_error is not None]
 
 
+def _image_checks(bundles: list[Bundle]) -> list[Check]:
+    """One image in all runs (only a digest proves it), or which image each run had."""
+    def identity(b: Bundle) -> str:
+        c = b.manifest.container
+        if c is None:
+            return "no container recorded"
+        built = f"{c.flavour or 'no'} flavour, revision {(c.revision or '?')[:12]}"
+        if c.digest:  # the image's own properties only: sites may name it differently
+            return f"{c.digest[:19]} ({built})"
+        return f"{c.image or 'an unnamed image'} ({built}), digest unknown"
+
+    records = [b.manifest.container for b in bundles]
+    digests = {c.digest if c else None for c in records}
+    if len(digests) == 1 and None not in digests:
+        name = records[0].image if records[0] else None
+        return [Check("image", f"same image in all {len(bundles)} runs: {identity(bundles[0])}"
+                               + (f", run as {name}" if name else ""))]
+    if not any(records):
+        return []
+    return _differs("image", "or unidentified container images", bundles, identity)
+
+
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
     def config(key: str) -> Callable[[Bundle], Any]:
@@ -189,4 +213,5 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
         *_differs("schema", "bundle schema versions", bundles,
                   lambda b: b.manifest.schema_version),
         *_status_checks(bundles),
+        *_image_checks(bundles),
     ]

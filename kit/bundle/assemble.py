@@ -27,6 +27,7 @@ from kit.bundle.schema import (
     RankRecord,
 )
 from kit.bundle.writer import BundleStaging, concat_chunks
+from kit.container.detect import container_record
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
@@ -335,5 +336,6 @@ def assemble_bundle(
         inventory=[n.inventory for n in nodes],
         telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
         ranks=rank_records(cfg, results, end, staging.logs_dir),
+        container=container_record(),
     )
     return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH), summary

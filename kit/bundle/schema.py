@@ -169,6 +169,41 @@ class Redaction(BaseModel):
     replacements: int = Field(ge=0, description="Number of strings replaced over all files.")
 
 
+class ContainerRecord(BaseModel):
+    """The container a run ran in, so runs at different sites can be matched to one image.
+
+    Filled in by kit.container.detect from what the kit's launcher passed (runtime, image,
+    digest), what the runtime shows, and the variables docker/Dockerfile sets from its labels.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runtime: str = Field(
+        description="What ran the container: docker, podman, apptainer, pyxis (Slurm's enroot "
+        "plugin), another engine as its `container` variable names it, or 'unknown' when only "
+        "the image's own variables show that this is a container.")
+    image: str | None = Field(
+        description="The image as the runtime was given it (name:tag, a .sif or .sqsh path); "
+        "null when nothing told the kit.")
+    digest: str | None = Field(
+        description="The image's content digest, 'sha256:<hex>': its image ID (the digest of "
+        "its config, the same wherever the image is pushed or pulled) as the kit's launcher "
+        "read it from docker or podman; null where nobody could tell.")
+    flavour: str | None = Field(
+        description="cpu, cuda or rocm: the image's label io.charllm-kit.flavour; null for an "
+        "image that docker/build.sh did not build.")
+    version: str | None = Field(
+        description="charllm-kit version the image was built from "
+        "(label org.opencontainers.image.version).")
+    revision: str | None = Field(
+        description="Source commit the image was built from, with '-dirty' when the checkout "
+        "had uncommitted changes (label org.opencontainers.image.revision).")
+    shm_bytes: int | None = Field(
+        ge=0, description="Size of /dev/shm in the container, bytes (PyTorch's worker processes "
+        "and NCCL's intra-node transport live there: kit.container.detect.SHM_MIN_BYTES); null "
+        "when there is none.")
+
+
 def _require_schema_version(schema: dict[str, Any]) -> None:
     """Mark ``schema_version`` required in the published JSON Schema: readers need it first."""
     schema["required"] = ["schema_version", *schema.get("required", [])]
@@ -207,6 +242,10 @@ class Manifest(BaseModel):
     ranks: list[RankRecord] = Field(description="One entry per rank, in rank order.")
     redaction: Redaction | None = Field(
         None, description="Set when host names, user names and IPs were removed for sharing."
+    )
+    container: ContainerRecord | None = Field(
+        None, description="The container the run ran in; null on a bare host, and in bundles "
+        "written before the kit recorded it."
     )
 
     @field_validator("created_utc")
