@@ -112,7 +112,8 @@ def test_chunks_hold_all_rows_in_time_order(tmp_path: Path) -> None:
 
     chunk_files = sorted(tmp_path.glob("chunk-*.parquet"))
     assert [p.name for p in chunk_files[:2]] == ["chunk-000000.parquet", "chunk-000001.parquet"]
-    assert len(chunk_files) == report.chunks >= 4
+    # every 10 rows a chunk (how many rows 1 s gives depends on the host's load)
+    assert len(chunk_files) == report.chunks == -(-report.rows_written // 10) >= 2
     sizes = [pq.read_metadata(p).num_rows for p in chunk_files]
     assert all(n == 10 for n in sizes[:-1]) and 1 <= sizes[-1] <= 10
     assert sum(sizes) == len(rows) == report.rows_written
