@@ -93,7 +93,7 @@ def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
     assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
     # plain CPU runs measured no power: n/a, never 0; the replayed trace gives a value
     power = next(line for line in out.splitlines() if line.startswith("mean power")).split()
-    assert power[3:5] == ["678.9", "681.5"] and power[5] == power[7] == "n/a"
+    assert power[3:5] == ["698.6", "681.5"] and power[5] == power[7] == "n/a"
     assert float(power[6]) == pytest.approx(summary(runs["tp2"])["power_w_mean"], rel=1e-3)
 
 
@@ -124,8 +124,9 @@ def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
     assert replayed["power.peak_to_mean"]["median"] == power["peak_to_mean"]
     assert replayed["throttle_frac_by_reason.power_cap"]["median"] == (
         power["throttle_frac_by_reason"]["power_cap"])
-    # the recorded bundles predate metrics.json's power section: no ratio against nothing
-    assert replayed["power.peak_to_mean"]["ratio_to_baseline"] is None
+    h100_power = json.loads((H100 / "metrics.json").read_text())["power"]
+    assert replayed["power.peak_to_mean"]["ratio_to_baseline"] == pytest.approx(
+        power["peak_to_mean"] / h100_power["peak_to_mean"])
     assert replayed["power_w_mean"]["ratio_to_baseline"] == pytest.approx(
         summary(runs["tp2"])["power_w_mean"] / summary(H100)["power_w_mean"])
     failed = group_of(result, runs["failed"])
@@ -165,7 +166,7 @@ def test_every_format_parses(cli, runs):
     assert cpu["median"] == "n/a" and cpu["n"] == "0"
     assert "comparability: [status]" in r.stderr  # checks go to stderr, stdout stays one table
     r = cli("compare", *args, "--format", "markdown")
-    assert r.returncode == 0 and re.search(r"^\| throughput \(tokens/s\) +\| +51,378 \|",
+    assert r.returncode == 0 and re.search(r"^\| throughput \(tokens/s\) +\| +58,797 \|",
                                            r.stdout, re.M)
     assert "**comparability**" in r.stdout and "vs baseline" in r.stdout
     assert len(compare_json(cli, *args)["groups"]) == 3
