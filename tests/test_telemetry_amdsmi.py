@@ -608,11 +608,12 @@ def test_transient_statuses_are_retried_next_tick(fake_amdsmi, status: str) -> N
 
 def test_xgmi_counters_sum_links_and_reset_on_a_drop(fake_amdsmi) -> None:
     # 64-bit KiB counters: link 0 starts just below 2^64, so it drops to near 0 -- too wide to
-    # be a wrap within a run, so a reset: that sample is null, the count goes on.
-    fake_amdsmi("7.0", [mi300x(xgmi_kib_per_s=[1e6, 1e6], xgmi_start=[2**64 - 20_000, 0])])
+    # be a wrap within a run, so a reset: that sample is null, the count goes on. It drops 150 ms
+    # after amdsmi_init, well after the first read and well before the last (15 ticks, >=300 ms).
+    fake_amdsmi("7.0", [mi300x(xgmi_kib_per_s=[1e6, 1e6], xgmi_start=[2**64 - 150_000, 0])])
     source = AmdSmiSource(node=0)
     try:
-        rows = sample_ticks(source, 10)
+        rows = sample_ticks(source, 15)
         info = source.fields()["link_tx_bytes"]
     finally:
         source.close()
