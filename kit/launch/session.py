@@ -150,7 +150,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         _, missing_why = telemetry_plan(cfg)
         try:
             path, summary = assemble_bundle(staging, cfg, command, end, report,
-                                   missing_reason(missing_why, report, notes))
+                                            missing_reason(missing_why, report, notes))
         except OSError as e:
             raise RunNotPublished(_not_published(e, staging)) from e
     return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg)
