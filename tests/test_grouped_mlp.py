@@ -54,6 +54,10 @@ def test_grouped_gemm_is_a_speed_feature_for_bias_free_moe_only(tmp_path):
     assert speed.use_grouped_gemm(moe, speed.enabled(moe)) and experts(moe) is GroupedMLP
     off = h100("mixtral-tiny", "fusions")
     assert not speed.use_grouped_gemm(off, speed.enabled(off)) and experts(off) is not GroupedMLP
+    default = h100("mixtral-tiny", None)  # measured to pay on an H100: on by default
+    assert speed.use_grouped_gemm(default, speed.enabled(default))
+    mi250 = resolve(RunRequest(workload="mixtral-tiny", platform="mi250", global_batch_size=16))
+    assert not speed.use_grouped_gemm(mi250, speed.enabled(mi250))  # unchecked on ROCm
     cpu = resolve(RunRequest(workload="mixtral-tiny", platform="cpu"))
     assert experts(cpu) is not GroupedMLP  # no speed features on CPU
     dense = h100("gpt3-tiny", "grouped_gemm")

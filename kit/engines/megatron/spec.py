@@ -7,7 +7,7 @@ from kit.spec.run import ParallelConfig, RunConfig
 SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
                   "foreach_optim", "compile", "grouped_gemm")
 """GPU speed features (kit.engines.megatron.speed); all but ``compile`` are on by default on
-NVIDIA GPUs (each measured to pay)."""
+NVIDIA GPUs (each measured to pay; ``grouped_gemm`` acts on bias-free MoE layers only)."""
 
 
 class MegatronSpec(EngineSpec):

@@ -27,10 +27,11 @@ from kit.spec.run import RunConfig
 
 DEFAULT = frozenset(FEATURES) - {"compile"}
 
-DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph"}
-"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)`` and ``cuda_graph``
-HIP graph capture of megatron-core's step; both were checked on CUDA only (no AMD GPU was
-reachable), so they stay off until a ROCm run shows they work."""
+DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
+"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, ``cuda_graph``
+HIP graph capture of megatron-core's step and ``grouped_gemm`` torch's ``_grouped_mm`` kernel
+(CUTLASS on CUDA); all were checked on CUDA only (no AMD GPU was reachable), so they stay off
+until a ROCm run shows they work."""
 
 
 NOT_WITH_FSDP = frozenset({"wgrad_fusion"})
