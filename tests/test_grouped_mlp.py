@@ -31,8 +31,8 @@ def test_grouped_experts_match_sequential_mlp_forward_and_backward():
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     names = ["output", "input grad", "probs grad", "fc1 weight grad", "fc2 weight grad"]
-    assert [row["check"] for row in rows] == [f"{tag} {n}" for tag in ("plain", "fused", "main_grad")
-                                              for n in names]
+    tags = ("plain", "fused", "main_grad")
+    assert [row["check"] for row in rows] == [f"{tag} {n}" for tag in tags for n in names]
     for row in rows:
         assert row["rel_err"] < 1e-6, row
 

@@ -60,7 +60,8 @@ def test_gpt3_style(name: str) -> None:
 @pytest.mark.parametrize(
     "name,theta",
     [("llama3-8b", 500000.0), ("llama3-8b-8l", 500000.0), ("llama3-70b", 500000.0),
-     ("mixtral-8x7b", 1e6), ("mixtral-8x22b", 1e6), ("mixtral-tiny", 1e6), ("mixtral-8x7b-4l", 1e6)],
+     ("mixtral-8x7b", 1e6), ("mixtral-8x22b", 1e6), ("mixtral-tiny", 1e6),
+     ("mixtral-8x7b-4l", 1e6)],
 )
 def test_llama_mixtral_style(name: str, theta: float) -> None:
     w = load_workload(name)
