@@ -5,6 +5,9 @@ Measures, on the same model shape and batch:
 1. ``gemm``: a large bf16 matmul, the practical ceiling of the tensor cores;
 2. ``torch_ref``: a plain PyTorch GPT (nn.Linear, LayerNorm, SDPA flash attention, bf16
    autocast over fp32 weights, fused AdamW), the reference the kit must not be slower than;
+   for a SwiGLU workload a plain PyTorch Llama instead (RMSNorm, RoPE, GQA, SwiGLU, untied
+   output); ``torch_ref_compiled`` is the same with every block ``torch.compile``d
+   (torchtitan's one-GPU recipe);
 3. ``mcore_local``: megatron-core's stock local spec (its own DotProductAttention, no fusions,
    megatron's default optimizer), built through the kit's engine with the kit's changes off;
 4. ``kit``: the kit's megatron engine as ``charllm-kit run`` trains it.
@@ -113,9 +116,73 @@ class TorchGPT(nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
 
 
-def torch_reference(w: WorkloadSpec, micro: int, accum: int, warmup: int, steps: int) -> dict:
-    """Seconds per step and peak memory of the plain reference."""
-    model = TorchGPT(w).cuda()
+def _rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in megatron-core's (and Llama's Hugging Face) rotate-half layout."""
+    t1, t2 = t.chunk(2, dim=-1)
+    return torch.cat((t1 * cos - t2 * sin, t2 * cos + t1 * sin), dim=-1)
+
+
+class _LlamaBlock(nn.Module):
+    """Pre-RMSNorm Llama block: fused QKV with GQA, RoPE, SDPA causal attention, SwiGLU MLP."""
+
+    def __init__(self, w: WorkloadSpec) -> None:
+        super().__init__()
+        h, self.heads, self.groups = w.hidden_size, w.num_attention_heads, w.query_groups
+        d = h // self.heads
+        self.norm1, self.norm2 = nn.RMSNorm(h, eps=1e-5), nn.RMSNorm(h, eps=1e-5)
+        self.qkv = nn.Linear(h, (self.heads + 2 * self.groups) * d, bias=False)
+        self.proj = nn.Linear(h, h, bias=False)
+        self.gate_up = nn.Linear(h, 2 * w.ffn_hidden_size, bias=False)
+        self.down = nn.Linear(w.ffn_hidden_size, h, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        d = h // self.heads
+        q, k, v = self.qkv(self.norm1(x)).split(
+            [self.heads * d, self.groups * d, self.groups * d], dim=-1)
+        q = _rope(q.view(b, s, self.heads, d).transpose(1, 2), cos, sin)
+        k = _rope(k.view(b, s, self.groups, d).transpose(1, 2), cos, sin)
+        v = v.view(b, s, self.groups, d).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class TorchLlama(nn.Module):
+    """The plain PyTorch reference for SwiGLU workloads: Llama with RoPE and an untied output."""
+
+    def __init__(self, w: WorkloadSpec) -> None:
+        super().__init__()
+        vocab = padded_vocab_size(w.vocab_size)
+        self.tok = nn.Embedding(vocab, w.hidden_size)
+        self.blocks = nn.ModuleList(_LlamaBlock(w) for _ in range(w.num_layers))
+        self.norm = nn.RMSNorm(w.hidden_size, eps=1e-5)
+        self.out = nn.Linear(w.hidden_size, vocab, bias=False)
+        d = w.hidden_size // w.num_attention_heads
+        inv_freq = 1.0 / w.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+        angles = torch.outer(torch.arange(w.seq_length, dtype=torch.float32), inv_freq)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy."""
+        x = self.tok(tokens)
+        s = tokens.shape[1]
+        for block in self.blocks:
+            x = block(x, self.cos[:s], self.sin[:s])
+        logits = self.out(self.norm(x))
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+def torch_reference(w: WorkloadSpec, micro: int, accum: int, warmup: int, steps: int,
+                    compiled: bool = False) -> dict:
+    """Seconds per step and peak memory of the plain reference (GPT, or Llama for SwiGLU);
+    ``compiled``: every block ``torch.compile``d."""
+    model = (TorchLlama(w) if w.activation == "swiglu" else TorchGPT(w)).cuda()
+    if compiled:
+        for block in model.blocks:
+            block.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     tokens = torch.randint(0, w.vocab_size, (accum, micro, w.seq_length + 1), device="cuda",
@@ -178,7 +245,8 @@ def main() -> None:
     parser.add_argument("--global-batch", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--only", default="gemm,torch_ref,mcore_local,kit")
+    parser.add_argument("--only", default="gemm,torch_ref,mcore_local,kit",
+                        help="of gemm,torch_ref,torch_ref_compiled,mcore_local,kit")
     parser.add_argument("--kit-variants", default="",
                         help="';'-separated --speed values measured besides the kit default")
     parser.add_argument("--json", help="write the figures to this file")
@@ -231,6 +299,10 @@ def main() -> None:
     if "torch_ref" in only:
         measure("torch_ref", lambda: torch_reference(
             cfg.workload, cfg.micro_batch_size, cfg.grad_accum_steps, args.warmup, args.steps))
+    if "torch_ref_compiled" in only:
+        measure("torch_ref_compiled", lambda: torch_reference(
+            cfg.workload, cfg.micro_batch_size, cfg.grad_accum_steps, args.warmup, args.steps,
+            compiled=True))
     if "kit" in only:
         measure("kit", lambda: kit_engine(req))
     for variant in filter(None, args.kit_variants.split(";")):
@@ -249,6 +321,7 @@ def main() -> None:
                "global_batch": args.global_batch, "torch": torch.__version__,
                "megatron_core": str(adapter.mcore_version()), "peak_tflops": peak}
         for key, name in (("gemm_tflops", "gemm"), ("torch_ref_tflops", "torch_ref"),
+                          ("torch_ref_compiled_tflops", "torch_ref_compiled"),
                           ("mcore_local_tflops", "mcore_local"), ("kit_tflops", "kit")):
             out[key] = rows.get(name, {}).get("tflops")  # None: not run or out of memory
         out["kit_mfu"] = rows.get("kit", {}).get("mfu")

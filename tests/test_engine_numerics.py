@@ -56,7 +56,7 @@ def test_speed_features_are_gpu_only_and_checked():
     assert speed.enabled(cpu) == frozenset()
     assert speed.enabled(h100) == speed.DEFAULT and "compile" not in speed.DEFAULT
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
-    assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion", "cuda_graph"}
+    assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
     assert speed.config_kwargs(h100, speed.DEFAULT)["gradient_accumulation_fusion"] is True
     fsdp = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True))
     assert speed.enabled(fsdp) == speed.DEFAULT - {"wgrad_fusion"}

@@ -68,6 +68,28 @@ def test_llama3_70b_flops_by_hand() -> None:
     assert model_flops_per_step(load_workload("llama3-70b"), 128) == float(expected)
 
 
+@pytest.mark.timeout(30)
+def test_llama3_8b_8l_flops_and_params_by_hand() -> None:
+    # h=4096 s=8192 L=8 n=32 g=8 -> d=128, q=4096, kv=1024; f=14336, SwiGLU: e=3, k=1;
+    # vocab 128256 is already a multiple of 128. One sequence per step.
+    qkv = 4096 * (4096 + 2 * 1024)  # 25,165,824
+    scores = 4096 * 8192  # 33,554,432
+    out_proj = 4096 * 4096  # 16,777,216
+    mlp = 3 * 4096 * 14336 * 1  # 176,160,768
+    per_layer = qkv + scores + out_proj + mlp
+    assert per_layer == 251_658_240
+    logits = 4096 * 128256  # 525,336,576
+    per_token = 8 * per_layer + logits
+    assert per_token == 2_538_602_496
+    expected = 6 * 1 * 8192 * per_token
+    assert expected == 124_777_389_883_392  # ~1.25e14
+    assert model_flops_per_step(load_workload("llama3-8b-8l"), 1) == float(expected)
+    # parameters: per layer QKV, output projection, SwiGLU MLP, two RMSNorm weights; embedding,
+    # untied output layer, final RMSNorm
+    layer = 4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+    assert params_count(load_workload("llama3-8b-8l")) == 8 * layer + 2 * 4096 * 128256 + 4096
+
+
 def test_mixtral_tiny_moe_flops_by_hand() -> None:
     # h=128 s=128 L=2 n=8 g=4 -> d=16, q=128, kv=64; f=256 per expert, SwiGLU e=3, top-2: k=2;
     # vocab 1024 (already padded). The router (h x 4 experts) is not counted, as in Megatron.

@@ -8,7 +8,7 @@ from kit.spec.workload import WorkloadSpec
 WORKLOADS = {
     "gpt3-175b", "gpt3-13b", "gpt3-2.7b", "gpt3-1.3b", "gpt3-small", "gpt3-tiny",
     "mixtral-tiny", "llama3-8b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b",
-    "mixtral-8x7b-4l",
+    "mixtral-8x7b-4l", "llama3-8b-8l",
 }
 PLATFORMS = {"cpu", "h100", "h200", "mi250"}
 
@@ -26,9 +26,11 @@ PUBLISHED = {
     "gpt3-tiny": (4, 128, 4, None, 512, 128, 1024, None, None),
     "mixtral-tiny": (2, 128, 8, 4, 256, 128, 1024, 4, 2),
     "mixtral-8x7b-4l": (4, 4096, 32, 8, 14336, 4096, 32000, 8, 2),  # mixtral-8x7b, 4 layers
+    "llama3-8b-8l": (8, 4096, 32, 8, 14336, 8192, 128256, None, None),  # llama3-8b, 8 layers
 }
 
 
+@pytest.mark.timeout(30)
 def test_shipped_names() -> None:
     assert set(workload_names()) == WORKLOADS
     assert set(platform_names()) == PLATFORMS
@@ -57,8 +59,9 @@ def test_gpt3_style(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name,theta",
-    [("llama3-8b", 500000.0), ("llama3-70b", 500000.0), ("mixtral-8x7b", 1e6),
-     ("mixtral-8x22b", 1e6), ("mixtral-tiny", 1e6), ("mixtral-8x7b-4l", 1e6)],
+    [("llama3-8b", 500000.0), ("llama3-8b-8l", 500000.0), ("llama3-70b", 500000.0),
+     ("mixtral-8x7b", 1e6), ("mixtral-8x22b", 1e6), ("mixtral-tiny", 1e6),
+     ("mixtral-8x7b-4l", 1e6)],
 )
 def test_llama_mixtral_style(name: str, theta: float) -> None:
     w = load_workload(name)

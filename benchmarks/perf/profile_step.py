@@ -56,10 +56,12 @@ def main() -> None:
     parser.add_argument("--what", default="kit,torch_ref")
     parser.add_argument("--workload", default="gpt3-1.3b")
     parser.add_argument("--speed", help="the kit engine's speed features (run's --speed)")
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--global-batch", type=int, default=16)
     args = parser.parse_args()
     req = RunRequest(workload=args.workload, platform=detect_platform().name,
-                     micro_batch_size=4, global_batch_size=16, telemetry_interval_ms=0,
-                     speed=args.speed)
+                     micro_batch_size=args.micro_batch, global_batch_size=args.global_batch,
+                     telemetry_interval_ms=0, speed=args.speed)
     cfg = resolve(req, require_present=True)
     if "kit" in args.what:
         with socket.socket() as s:

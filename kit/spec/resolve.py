@@ -105,7 +105,8 @@ class RunRequest(BaseModel):
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     speed: str | None = Field(
         None, description="megatron on GPUs: speed features, comma-separated (fusions, "
-        "wgrad_fusion, cross_entropy, cuda_graph, fused_adam, foreach_optim, compile) or none "
+        "wgrad_fusion, cross_entropy, cuda_graph, fused_adam, foreach_optim, compile, "
+        "grouped_gemm) or none "
         "(default: those measured to pay on the platform).")
     phase_timers: bool = Field(
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "

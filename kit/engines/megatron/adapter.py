@@ -5,7 +5,7 @@ signatures moved between releases.
 """
 
 import inspect
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from packaging.version import Version
@@ -33,6 +33,35 @@ def local_layer_spec(num_experts: int | None, rms_norm: bool) -> Any:
     if "normalization" in params:
         kwargs["normalization"] = "RMSNorm" if rms_norm else "LayerNorm"
     return get_gpt_layer_local_spec(**kwargs)
+
+
+def _moe_submodules(spec: Any) -> Any:
+    """The ``MoESubmodules`` of a MoE layer spec from :func:`local_layer_spec`.
+
+    0.16's MoE spec is a ``ModuleSpec(module=MoELayer, submodules=...)``, 0.19's a
+    ``functools.partial(MoELayer, submodules=...)``.
+    """
+    mlp = spec.submodules.mlp
+    return mlp.keywords["submodules"] if isinstance(mlp, partial) else mlp.submodules
+
+
+def use_experts(spec: Any, experts: type) -> None:
+    """Make the MoE layer of ``spec`` build ``experts``.
+
+    Both releases build the experts as ``experts(num_local_experts, config,
+    pg_collection=...)`` (0.19 adds ``name=``), a class being a valid builder in both.
+    """
+    _moe_submodules(spec).experts = experts
+
+
+def build_experts(spec: Any, num_local_experts: int, config: Any, pg_collection: Any) -> Any:
+    """The experts module that the MoE layer of ``spec`` would build (a ``SequentialMLP`` in
+    the local spec): 0.16 holds a ``ModuleSpec`` for it, 0.19 a ``functools.partial``."""
+    from megatron.core.transformer.spec_utils import build_module
+
+    experts = _moe_submodules(spec).experts
+    build = experts if isinstance(experts, partial) else partial(build_module, experts)
+    return build(num_local_experts, config, pg_collection=pg_collection)
 
 
 def initialize_model_parallel(tp: int, pp: int, cp: int, ep: int, vpp: int | None) -> None:

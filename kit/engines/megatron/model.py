@@ -79,7 +79,9 @@ def layer_spec(cfg: RunConfig) -> Any:
     """megatron-core's local layer spec with SDPA core attention.
 
     With the ``fusions`` speed feature the QKV projection adds its bias in a compiled kernel
-    (:class:`~kit.engines.megatron.linears.BiasAddColumnParallelLinear`).
+    (:class:`~kit.engines.megatron.linears.BiasAddColumnParallelLinear`); with
+    ``grouped_gemm`` a bias-free MoE layer runs its experts as grouped GEMMs
+    (:class:`~kit.engines.megatron.grouped_mlp.GroupedMLP`).
     """
     from megatron.core.transformer.spec_utils import ModuleSpec
 
@@ -93,6 +95,10 @@ def layer_spec(cfg: RunConfig) -> Any:
         from kit.engines.megatron.linears import BiasAddColumnParallelLinear
 
         attention.linear_qkv = BiasAddColumnParallelLinear
+    if speed.use_grouped_gemm(cfg, speed.enabled(cfg)):
+        from kit.engines.megatron.grouped_mlp import GroupedMLP
+
+        adapter.use_experts(spec, GroupedMLP)
     return spec
 
 

@@ -5,9 +5,9 @@ from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.spec.run import ParallelConfig, RunConfig
 
 SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
-                  "foreach_optim", "compile")
+                  "foreach_optim", "compile", "grouped_gemm")
 """GPU speed features (kit.engines.megatron.speed); all but ``compile`` are on by default on
-NVIDIA GPUs (each measured to pay)."""
+NVIDIA GPUs (each measured to pay; ``grouped_gemm`` acts on bias-free MoE layers only)."""
 
 
 class MegatronSpec(EngineSpec):
@@ -33,6 +33,10 @@ class MegatronSpec(EngineSpec):
         if unknown:
             out.append(f"--speed: unknown feature(s) {', '.join(unknown)}; known: "
                        f"{', '.join(SPEED_FEATURES)} (or none)")
+        w = cfg.workload
+        if "grouped_gemm" in (cfg.speed or ()) and w.is_moe and w.add_bias_linear:
+            out.append("--speed grouped_gemm: the grouped experts have no biases; this MoE "
+                       "workload has add_bias_linear (drop grouped_gemm from --speed)")
         if o.fsdp and o.dist_optimizer:
             out.append("--fsdp and --dist-optimizer are exclusive (FSDP already shards the "
                        "optimizer)")

@@ -11,7 +11,9 @@ captures the forward and backward of a whole step in one CUDA graph
 (:mod:`kit.engines.megatron.step_graph`: the CPU no longer paces ~5000 kernel launches per
 step), makes the optimizer torch's fused AdamW and its gradient norm, clipping and parameter
 copies torch foreach kernels (:mod:`kit.engines.megatron.foreach_ops`). With ``fusions`` the
-QKV projection adds its bias in one compiled kernel. ``torch.compile`` of the layers is
+QKV projection adds its bias in one compiled kernel. With ``grouped_gemm`` a bias-free MoE
+layer runs its experts as grouped GEMMs (:mod:`kit.engines.megatron.grouped_mlp`) instead of
+megatron-core's per-expert loop. ``torch.compile`` of the layers is
 available but off by default: on megatron-core's layers it hits graph breaks and measured
 slower (see ``benchmarks/results/engine_throughput-*.txt``).
 """
@@ -25,10 +27,11 @@ from kit.spec.run import RunConfig
 
 DEFAULT = frozenset(FEATURES) - {"compile"}
 
-DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph"}
-"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)`` and ``cuda_graph``
-HIP graph capture of megatron-core's step; both were checked on CUDA only (no AMD GPU was
-reachable), so they stay off until a ROCm run shows they work."""
+DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
+"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, ``cuda_graph``
+HIP graph capture of megatron-core's step and ``grouped_gemm`` torch's ``_grouped_mm`` kernel
+(CUTLASS on CUDA); all were checked on CUDA only (no AMD GPU was reachable), so they stay off
+until a ROCm run shows they work."""
 
 
 NOT_WITH_FSDP = frozenset({"wgrad_fusion"})
@@ -88,6 +91,12 @@ def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:
     if "wgrad_fusion" in features:
         kwargs["gradient_accumulation_fusion"] = True
     return kwargs
+
+
+def use_grouped_gemm(cfg: RunConfig, features: frozenset[str]) -> bool:
+    """Whether this run's MoE layers use grouped expert GEMMs (feature on, MoE, no biases)."""
+    w = cfg.workload
+    return "grouped_gemm" in features and w.is_moe and not w.add_bias_linear
 
 
 def use_cuda_graph(cfg: RunConfig, features: frozenset[str]) -> bool:
