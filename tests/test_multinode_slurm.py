@@ -86,3 +86,53 @@ def test_scancel_gives_interrupted_naming_it(slurm, tmp_path):
     assert kit_cli("bundle", "verify", str(bundles[0])).returncode == 0
     m = manifest(bundles[0])
     assert m["status"] == "interrupted" and "scancel" in m["error"], m["error"]
+
+
+SUBMIT = ["submit", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--warmup", "1",
+          "--container-runtime", "none"]
+
+
+@pytest.mark.timeout(60)
+def test_submit_dry_run_prints_the_script(tmp_path):
+    r = kit_cli("submit", "llama3-8b", "--platform", "h100", "--nodes", "4", "--tp", "8",
+                "--pp", "2", "--partition", "gpu", "--account", "proj", "--time", "02:00:00",
+                "--out", str(tmp_path), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for key in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                "#SBATCH --exclusive", "#SBATCH --time=02:00:00", "#SBATCH --partition=gpu",
+                "#SBATCH --account=proj", f"#SBATCH --output={tmp_path}/slurm-%j.out",
+                "export NCCL_DEBUG=WARN", "export CHARLLM_SLURM_AGENT=1"):
+        assert key in lines, (key, r.stdout)
+    command = ("srun " + r.stdout.split("\nsrun ")[1]).replace("\\\n", " ").split()
+    assert command[:6] == [
+        "srun", "--nodes=4", "--ntasks-per-node=1", "--ntasks=4", "--kill-on-bad-exit=0",
+        "--container-image=charllm-kit:cuda"]
+    run = command[command.index("charllm-kit"):]
+    assert " ".join(run) == ("charllm-kit run llama3-8b --platform h100 --launcher slurm "
+                             f"--nodes 4 --tp 8 --pp 2 --out {tmp_path}")
+    assert not list(tmp_path.iterdir())  # nothing submitted, nothing written
+
+
+@pytest.mark.timeout(60)
+def test_submit_refused_by_sbatch_is_one_line(slurm, tmp_path):
+    r = kit_cli(*SUBMIT, "--partition", "nosuchpartition", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: sbatch refused the job: ")
+    assert "partition" in r.stderr.lower(), r.stderr
+
+
+@pytest.mark.timeout(300)
+def test_submit_wait_writes_a_bundle_with_the_script_and_job_id(slurm, tmp_path):
+    r = kit_cli(*SUBMIT, "--steps", "3", "--partition", "ci", "--time", "10",
+                "--out", str(tmp_path), "--wait", timeout=280)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.split("submitted Slurm job ")[1].split(";")[0]
+    assert f"job {job} RUNNING" in r.stderr
+    bundle = bundle_path(r.stdout)
+    assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "ok" and m["slurm_job_id"] == job
+    assert [n["slurm_node"] for n in m["inventory"]] == ["n1", "n2"]
+    script = (bundle / "job" / "sbatch.sh").read_text()
+    assert "#SBATCH --nodes=2" in script.splitlines() and "--launcher slurm" in script
