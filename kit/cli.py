@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -20,6 +20,9 @@ from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
+
+if TYPE_CHECKING:
+    from kit.launch.sbatch import JobOptions
 
 POSITIVE = click.IntRange(min=1)
 
@@ -108,7 +111,7 @@ def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _job(partition: str | None, account: str | None, time_limit: str, runtime: str | None,
-         image: str | None) -> Any:
+         image: str | None) -> "JobOptions":
     from kit.launch.sbatch import JobOptions
 
     return JobOptions(partition=partition, account=account, time=time_limit,
@@ -231,7 +234,14 @@ def fabric(ops: str | None, out: Path, as_json: bool, **opts: object) -> None:
               help="Continue the sweep folder: keep points whose bundle verifies.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the sweep folder <out>/<name>/.")
-def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path) -> None:
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local",
+              show_default=True, help="local: run the points here, one after another; slurm: "
+                                      "submit each point as one Slurm job (the options below, "
+                                      "as for `submit`) and follow them.")
+@_job_options
+def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: str,
+          partition: str | None, account: str | None, time_limit: str, runtime: str | None,
+          image: str | None) -> None:
     """Run every valid point of SWEEP_FILE (YAML), one bundle each; see docs/sweeps.md."""
     from kit.sweep.spec import load_sweep
     from kit.sweep.tables import plan_table, summary_table
@@ -246,7 +256,9 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path) -> None:
         return
     from kit.sweep.runner import run_sweep
 
-    outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv)
+    job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
+           else None)
+    outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv, job=job)
     click.echo(summary_table(outcome.index))
     click.echo(str(outcome.folder.resolve()))
     if outcome.any_failed:

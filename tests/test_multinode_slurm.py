@@ -136,3 +136,42 @@ def test_submit_wait_writes_a_bundle_with_the_script_and_job_id(slurm, tmp_path)
     assert [n["slurm_node"] for n in m["inventory"]] == ["n1", "n2"]
     script = (bundle / "job" / "sbatch.sh").read_text()
     assert "#SBATCH --nodes=2" in script.splitlines() and "--launcher slurm" in script
+
+
+@pytest.mark.timeout(420)
+def test_sweep_launcher_slurm_one_job_per_point_and_resume_follows_them(slurm, tmp_path):
+    sweep_file = tmp_path / "two.yaml"
+    sweep_file.write_text("""name: two-jobs
+base: {workload: gpt3-tiny, platform: cpu, nodes: 2, tp: 2, steps: 2, warmup: 1,
+       telemetry_interval_ms: 0}
+axes:
+  - product: {seed: [1, 2]}
+""")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "kit", "sweep", str(sweep_file), "--launcher", "slurm",
+            "--container-runtime", "none", "--partition", "ci", "--time", "10", "--out", str(out)]
+    index = out / "two-jobs" / "sweep.json"
+    first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    deadline = time.monotonic() + 120
+    jobs = []
+    while time.monotonic() < deadline and first.poll() is None:
+        if index.is_file():
+            jobs = [p["job"] for p in json.loads(index.read_text())["points"]]
+            if all(jobs):
+                break
+        time.sleep(0.3)
+    assert len(jobs) == 2 and all(jobs), first.communicate()
+    first.send_signal(2)  # the sweep stops following; its jobs run on
+    assert first.wait(60) == 130, first.communicate()
+
+    r = subprocess.run([*args, "--resume"], cwd=REPO, capture_output=True, text=True,
+                       timeout=360)
+    assert r.returncode == 0, r.stderr
+    points = json.loads(index.read_text())["points"]
+    assert [p["job"] for p in points] == jobs  # followed or kept, not submitted again
+    assert [p["status"] for p in points] == ["ok", "ok"]
+    for p in points:
+        bundle = out / "two-jobs" / p["bundle"]
+        assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
+        assert manifest(bundle)["slurm_job_id"] == p["job"]
