@@ -12,6 +12,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -99,11 +100,13 @@ def _sbatch_lines(cfg: RunConfig, out: Path, job: JobOptions) -> list[str]:
 
 
 def _wrap(argv: Sequence[str]) -> str:
-    """A long command as shell lines of at most about 88 columns, continued with backslashes,
-    never between an option and its value."""
+    """A long command as shell lines of about 88 columns at most, continued with backslashes.
+
+    A line never breaks between an option and its value.
+    """
     words = [shlex.quote(a) for a in argv]
     lines, current = [], words[0]
-    for prev, word in zip(words, words[1:]):
+    for prev, word in pairwise(words):
         value = prev.startswith("-") and "=" not in prev and not word.startswith("-")
         if not value and len(current) + len(word) > 84:
             lines.append(current)

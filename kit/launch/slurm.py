@@ -58,8 +58,10 @@ def in_allocation() -> str:
 
 
 def srun_agents(nodes: int) -> list[str]:
-    """The srun that starts one node agent per node; one agent ending does not kill the others
-    (node 0 names it in the bundle)."""
+    """The srun that starts one node agent per node.
+
+    One agent ending does not kill the others: node 0 names it in the bundle.
+    """
     return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--ntasks={nodes}",
             "--kill-on-bad-exit=0"]
 
@@ -98,8 +100,10 @@ def slurm_role(nodes: int, timeout_s: float) -> NodeRole:
 
 
 def batch_script(job_id: str) -> str | None:
-    """The script Slurm runs as ``job_id``'s batch step; None for an ``salloc`` job (no script)
-    or when Slurm cannot say."""
+    """The script Slurm runs as ``job_id``'s batch step.
+
+    None for an ``salloc`` job (it has no script), or when Slurm cannot say.
+    """
     try:
         return subprocess.run(["scontrol", "write", "batch_script", job_id, "-"],
                               capture_output=True, text=True, check=True, timeout=30).stdout

@@ -42,8 +42,10 @@ def submit_point(point: PlannedPoint, point_dir: Path, job: JobOptions) -> str:
 
 
 def follow_point(rec: PointRecord, folder: Path, progress: Callable[[str], None]) -> None:
-    """Wait for ``rec``'s job and record how its run ended (``error`` when it left no bundle
-    that verifies)."""
+    """Wait for ``rec``'s job and record how its run ended.
+
+    The status is ``error`` when the job left no bundle that verifies.
+    """
     assert rec.job is not None
     point_dir = folder / rec.id
     bundle = follow_job(rec.job, point_dir, progress)
