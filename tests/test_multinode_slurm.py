@@ -59,9 +59,6 @@ def test_launcher_slurm_inside_salloc_runs_one_agent_per_node(slurm, tmp_path):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=False, reason="on a 2-core host node 0's elastic agent sometimes has "
-                   "not returned when KillWait ends after scancel (seen once of three runs); "
-                   "not diagnosed yet")
 def test_scancel_gives_interrupted_naming_it(slurm, tmp_path):
     cmd = " ".join([*RUN, "--steps", "400", "--out", str(tmp_path)])
     job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1",
