@@ -11,18 +11,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
+from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
-
-if TYPE_CHECKING:
-    from kit.launch.sbatch import JobOptions
 
 POSITIVE = click.IntRange(min=1)
 
@@ -92,8 +90,6 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
 def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Slurm's options of ``submit`` and ``sweep --launcher slurm`` (kit.launch.sbatch)."""
-    from kit.launch.sbatch import JOB_RUNTIMES
-
     for option in reversed((
         click.option("--partition", help="Slurm partition (default: the cluster's)."),
         click.option("--account", help="Slurm account to charge (default: yours)."),
@@ -111,16 +107,14 @@ def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _job(partition: str | None, account: str | None, time_limit: str, runtime: str | None,
-         image: str | None) -> "JobOptions":
-    from kit.launch.sbatch import JobOptions
-
+         image: str | None) -> JobOptions:
     return JobOptions(partition=partition, account=account, time=time_limit,
                       runtime=runtime, image=image)  # type: ignore[arg-type]
 
 
 @cli.command()
 @click.argument("workload")
-@model_options(RunRequest, skip=("workload", "launcher", "node_rank", "rdzv_endpoint"))
+@model_options(RunRequest, skip=NOT_RUN_FIELDS)
 @_job_options
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Folder every node mounts: the bundle and the job's "

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from kit.cli_options import model_argv
 from kit.container.command import container_command
@@ -24,7 +24,7 @@ from kit.spec.resolve import RunRequest
 from kit.spec.run import RunConfig
 
 JobRuntime = Literal["pyxis", "apptainer", "none"]
-JOB_RUNTIMES: tuple[str, ...] = ("pyxis", "apptainer", "none")
+JOB_RUNTIMES: tuple[str, ...] = get_args(JobRuntime)
 """Container runtimes a Slurm job starts the agents in; none runs this Python on the nodes."""
 NOT_RUN_FIELDS = ("workload", "launcher", "node_rank", "rdzv_endpoint")
 """RunRequest fields that are not ``submit`` options: the script sets them itself."""

@@ -13,9 +13,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kit.errors import KitInputError
-from kit.launch.rendezvous import NodeRole
+
+if TYPE_CHECKING:  # torch.distributed: only the node agents need it, not `submit`
+    from kit.launch.rendezvous import NodeRole
 
 AGENT_ENV = "CHARLLM_SLURM_AGENT"
 """Set in the srun tasks: this process is a node agent, not the command that starts them."""
@@ -88,8 +91,10 @@ def start_agents(nodes: int, argv: list[str]) -> int:
         return subprocess.run(cmd).returncode
 
 
-def slurm_role(nodes: int, timeout_s: float) -> NodeRole:
+def slurm_role(nodes: int, timeout_s: float) -> "NodeRole":
     """This srun task's place: node index from SLURM_NODEID, node 0's address from the list."""
+    from kit.launch.rendezvous import NodeRole
+
     job = int(in_allocation())
     return NodeRole(
         node=int(os.environ["SLURM_NODEID"]), nodes=nodes,

@@ -41,9 +41,18 @@ def submit_job(script: str) -> str:
 
 
 def job_state(job_id: str) -> str | None:
-    """``STATE ELAPSED`` of a job Slurm still lists as pending, running or completing; else None."""
-    r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %M"], capture_output=True,
-                       text=True, timeout=60)
+    """``STATE ELAPSED`` of a job Slurm still lists as pending, running or completing; else None.
+
+    When squeue itself fails (slurmctld busy or restarting), ``UNKNOWN`` and squeue's words: the
+    job is not taken for ended.
+    """
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %M"], capture_output=True,
+                           text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "UNKNOWN squeue did not answer within 60 s"
+    if r.returncode and "Invalid job id" not in r.stderr:  # purged: it ended long ago
+        return "UNKNOWN " + " ".join(r.stderr.split())
     return r.stdout.strip() or None
 
 
