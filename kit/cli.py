@@ -9,14 +9,16 @@ JSON can always parse what it gets.
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
+from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
 
@@ -86,6 +88,86 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         sys.exit(1)
 
 
+def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Slurm's options of ``submit`` and ``sweep --launcher slurm`` (kit.launch.sbatch)."""
+    for option in reversed((
+        click.option("--partition", help="Slurm partition (default: the cluster's)."),
+        click.option("--account", help="Slurm account to charge (default: yours)."),
+        click.option("--time", "time_limit", default="01:00:00", show_default=True,
+                     help="Job time limit, as sbatch takes it (HH:MM:SS, D-HH, minutes)."),
+        click.option("--container-runtime", "runtime", type=click.Choice(JOB_RUNTIMES),
+                     help="Start the node agents in the platform's image with pyxis (srun "
+                          "--container-image) or apptainer; none: this Python on the nodes "
+                          "(default: pyxis when the platform names a container_image)."),
+        click.option("--image", help="Container image (default: the platform's "
+                                     "container_image)."),
+    )):
+        command = option(command)
+    return command
+
+
+def _job(partition: str | None, account: str | None, time_limit: str, runtime: str | None,
+         image: str | None) -> JobOptions:
+    return JobOptions(partition=partition, account=account, time=time_limit,
+                      runtime=runtime, image=image)  # type: ignore[arg-type]
+
+
+@cli.command()
+@click.argument("workload")
+@model_options(RunRequest, skip=NOT_RUN_FIELDS)
+@_job_options
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Folder every node mounts: the bundle and the job's "
+                                      "output (slurm-<job id>.out).")
+@click.option("--wait", is_flag=True,
+              help="Follow the job with a progress line until it ends; exit with the run's "
+                   "status (0 ok, 1 not ok).")
+@click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
+@click.option("--force", is_flag=True,
+              help="Run even if the memory estimate predicts it will not fit.")
+def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool,
+           partition: str | None,
+           account: str | None, time_limit: str, runtime: str | None, image: str | None,
+           **opts: object) -> None:
+    """Submit WORKLOAD as one Slurm job (sbatch) of --launcher slurm; print the job id.
+
+    Takes the options of `run`. The bundle, in --out, holds the script (job/sbatch.sh) and
+    the job id; see docs/multi-node.md.
+    """
+    from kit.launch.sbatch import absolute_files, job_output, sbatch_script
+    from kit.launch.submit import follow_job, submit_job
+    from kit.plan import plan_run
+    from kit.spec.resolve import run_request
+
+    req = absolute_files(run_request(workload=workload, launcher="slurm", **opts))
+    plan = plan_run(req, require_present=False)  # the nodes have the devices, not this host
+    if plan.refusal and not force:
+        raise KitInputError(plan.refusal)
+    script = sbatch_script(plan.cfg, req, out,
+                           _job(partition, account, time_limit, runtime, image), force)
+    if dry_run:
+        click.echo(script, nl=False)
+        return
+    check_output_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    job_id = submit_job(script)
+    click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {out.resolve()} "
+               f"(the job's output: {job_output(out, job_id)})")
+    if not wait:
+        return
+    bundle_dir = follow_job(job_id, out, lambda line: click.echo(line, err=True))
+    if bundle_dir is None:
+        click.echo(f"job {job_id} ended without a bundle; see {job_output(out, job_id)}",
+                   err=True)
+        sys.exit(1)
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    if manifest["status"] != "ok":
+        click.echo(f"{manifest['status']}: {manifest['error']}", err=True)
+    click.echo(str(bundle_dir.resolve()))
+    if manifest["status"] != "ok":
+        sys.exit(1)
+
+
 @cli.command()
 @click.option("--platform", help="Platform name or YAML (default: detect this host).")
 @click.option("--nproc", type=POSITIVE,
@@ -146,7 +228,14 @@ def fabric(ops: str | None, out: Path, as_json: bool, **opts: object) -> None:
               help="Continue the sweep folder: keep points whose bundle verifies.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the sweep folder <out>/<name>/.")
-def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path) -> None:
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local",
+              show_default=True, help="local: run the points here, one after another; slurm: "
+                                      "submit each point as one Slurm job (the options below, "
+                                      "as for `submit`) and follow them.")
+@_job_options
+def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: str,
+          partition: str | None, account: str | None, time_limit: str, runtime: str | None,
+          image: str | None) -> None:
     """Run every valid point of SWEEP_FILE (YAML), one bundle each; see docs/sweeps.md."""
     from kit.sweep.spec import load_sweep
     from kit.sweep.tables import plan_table, summary_table
@@ -161,7 +250,9 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path) -> None:
         return
     from kit.sweep.runner import run_sweep
 
-    outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv)
+    job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
+           else None)
+    outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv, job=job)
     click.echo(summary_table(outcome.index))
     click.echo(str(outcome.folder.resolve()))
     if outcome.any_failed:

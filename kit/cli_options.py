@@ -3,7 +3,8 @@
 Each field of :class:`~kit.spec.resolve.RunRequest` but those given as arguments becomes an
 option: ``--field-name`` (or the field's ``cli`` name), its description as the help, its default
 shown, a ``Literal`` as a choice, a bounded int as a range, a bool as a flag. The values come
-back under the field names, ready for ``RunRequest(**values)``.
+back under the field names, ready for ``RunRequest(**values)``; :func:`model_argv` turns a
+model back into the options that give it (``submit`` writes ``run``'s command line with it).
 """
 
 import types
@@ -34,6 +35,12 @@ def _option_type(info: FieldInfo) -> Any:
     return base
 
 
+def _flag(name: str, info: FieldInfo) -> str:
+    """The option name of a field: its ``cli`` name, else ``--field-name``."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return str(extra.get("cli", "--" + name.replace("_", "-")))
+
+
 def model_options(
     model: type[BaseModel], skip: tuple[str, ...] = ()
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -47,8 +54,7 @@ def model_options(
         for name, info in reversed(list(model.model_fields.items())):
             if name in skip:
                 continue
-            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-            flag = str(extra.get("cli", "--" + name.replace("_", "-")))
+            flag = _flag(name, info)
             kwargs: dict[str, Any] = {"help": info.description}
             if info.annotation is bool:
                 if info.default:  # on unless switched off
@@ -61,3 +67,21 @@ def model_options(
         return command
 
     return decorate
+
+
+def model_argv(values: BaseModel, skip: tuple[str, ...] = ()) -> list[str]:
+    """The options :func:`model_options` reads back as ``values``: each field not at its default.
+
+    Fields in ``skip`` are left out (positional arguments, options the caller sets itself).
+    """
+    argv: list[str] = []
+    for name, info in type(values).model_fields.items():
+        value = getattr(values, name)
+        if name in skip or value == info.default:
+            continue
+        flag = _flag(name, info)
+        if info.annotation is bool:
+            argv.append(flag if value else f"--no-{flag.removeprefix('--')}")
+        else:
+            argv += [flag, str(value)]
+    return argv

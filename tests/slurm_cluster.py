@@ -2,7 +2,10 @@
 
 Debian's slurm-wlm: one munged (only when none runs), one slurmctld and one ``slurmd -N nX`` per
 node, all with their state, logs and pid files in one folder and on ports free right now, so
-clusters of concurrent test sessions do not meet. Stopped by the pids it started, never by name.
+clusters of concurrent test sessions do not meet. Each cluster numbers its jobs from its own
+block of 100 (``FirstJobId``), since ``--launcher slurm`` derives the rendezvous port from the
+job id: two clusters on one host that both start at job 1 bind the same port. Stopped by the
+pids it started, never by name.
 """
 
 import os
@@ -117,6 +120,7 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 KillWait={kill_wait_s}
 MinJobAge=600
+FirstJobId={1 + ctld % 100 * 100}
 {node_lines}
 PartitionName=ci Nodes=n[1-{nodes}] Default=YES MaxTime=60 State=UP
 """)

@@ -277,6 +277,7 @@ def assemble_bundle(
     report: SamplerReport | None,
     missing_why: str,
     nodes: list[NodeData] | None = None,
+    slurm_job_id: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the manifest, metrics, steps and telemetry of ``staging`` and publish it.
 
@@ -289,6 +290,7 @@ def assemble_bundle(
         missing_why: Why a telemetry field no source fed is empty.
         nodes: Every node's inventory, telemetry and clock offset, in node order; default: this
             node alone, with ``report`` and the staging folder's chunks.
+        slurm_job_id: The Slurm job the run ran in, if any.
 
     Returns:
         The published bundle directory and its summary metrics.
@@ -337,5 +339,6 @@ def assemble_bundle(
         telemetry_sources=telemetry_sources(report, cfg.telemetry_interval_ms, missing_why),
         ranks=rank_records(cfg, results, end, staging.logs_dir),
         container=container_record(),
+        slurm_job_id=slurm_job_id,
     )
     return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH), summary

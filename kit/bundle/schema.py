@@ -248,6 +248,12 @@ class Manifest(BaseModel):
         "written before the kit recorded it."
     )
 
+    slurm_job_id: str | None = Field(
+        None, description="The Slurm job the run ran in (--launcher slurm); null outside "
+        "Slurm, and in bundles written before the kit recorded it. A batch job's script is "
+        "job/sbatch.sh in the bundle."
+    )
+
     @field_validator("created_utc")
     @classmethod
     def _check_utc(cls, value: str) -> str:

@@ -38,9 +38,15 @@ from kit.launch.rendezvous import NodeRole
 from kit.launch.signals import SignalCounter
 from kit.spec.run import RunConfig
 
-EXIT_BARRIER_S = 30.0
-"""How long an agent whose ranks are done waits for the other agents' (torch's exit barrier);
-node 0 then waits for the others' records itself, with their heartbeats."""
+EXIT_BARRIER_S = 5.0
+"""How long an agent whose ranks all exited 0 waits for the other agents (torch's exit barrier).
+
+Node 0 waits for the others' records itself, with their heartbeats, so this wait only has to
+cover ranks that end a little apart. It must stay well under Slurm's KillWait (30 s by default)
+minus INTERRUPT_GRACE_S: after scancel, an agent whose ranks stopped at the step boundary (exit 0)
+while the other node's ranks were killed (the node got a second SIGTERM, through srun) or failed
+waits the whole barrier, since those agents never enter it; at 30 s it was still waiting
+inside torch's agent when Slurm's SIGKILL came, and no bundle was published."""
 AGENT_SIGNALS = "SIGHUP,SIGQUIT"
 """Signals the elastic agent turns into its own shutdown; SIGINT/SIGTERM are the kit's."""
 WORKER_SHELL = 'exec "$0" -m kit.launch.worker "$1" >"$2/rank$RANK.log" 2>&1'

@@ -13,6 +13,9 @@ def launch_run(cfg: RunConfig, req: RunRequest, out: Path,
                command: list[str]) -> SessionResult | None:
     """Run ``cfg`` with the launcher it names and return how it ended.
 
+    The platform's ``env`` is set first where the environment does not set it, so every rank
+    gets it, as under ``submit``'s sbatch script.
+
     ``local`` runs every rank here (kit.launch.session). ``torchrun`` runs this node's part
     (kit.launch.node_session), with the node's place from ``--node-rank`` and
     ``--rdzv-endpoint``; ``slurm`` starts one such agent per node with srun and exits with
@@ -23,6 +26,8 @@ def launch_run(cfg: RunConfig, req: RunRequest, out: Path,
         KitInputError: Missing or bad node options, a node that did not join, an output folder
             that is not shared.
     """
+    for key, value in cfg.platform.env.items():  # what the user exported wins
+        os.environ.setdefault(key, value)
     if cfg.launcher == "local":
         from kit.launch.session import run_session
 

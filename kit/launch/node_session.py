@@ -272,9 +272,14 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
                                     if rec and rec.error), end.exits)
     end.notes += notes
     _, missing_why = telemetry_plan(cfg)
+    job = None
+    if cfg.launcher == "slurm":
+        from kit.launch.slurm import record_job
+
+        job = record_job(staging.path)
     try:
         path, summary = assemble_bundle(staging, cfg, command, end, report,
-                                        missing_reason(missing_why, report, notes), nodes)
+                                        missing_reason(missing_why, report, notes), nodes, job)
     except OSError as e:
         link.put("status", json.dumps({"status": "failed", "error": str(e), "bundle": "",
                                        "summary": {}}))

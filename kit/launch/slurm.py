@@ -12,13 +12,19 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kit.errors import KitInputError
-from kit.launch.rendezvous import NodeRole
+
+if TYPE_CHECKING:  # torch.distributed: only the node agents need it, not `submit`
+    from kit.launch.rendezvous import NodeRole
 
 AGENT_ENV = "CHARLLM_SLURM_AGENT"
 """Set in the srun tasks: this process is a node agent, not the command that starts them."""
 PORT_BASE = 20000
+JOB_SCRIPT = "job/sbatch.sh"
+"""Where a bundle keeps the batch script of the Slurm job it ran in."""
 
 
 def _scontrol(*args: str) -> str:
@@ -54,6 +60,15 @@ def in_allocation() -> str:
     return job
 
 
+def srun_agents(nodes: int) -> list[str]:
+    """The srun that starts one node agent per node.
+
+    One agent ending does not kill the others: node 0 names it in the bundle.
+    """
+    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--ntasks={nodes}",
+            "--kill-on-bad-exit=0"]
+
+
 def start_agents(nodes: int, argv: list[str]) -> int:
     """Run ``argv`` (this command) as one agent per node with srun; return srun's exit code.
 
@@ -70,15 +85,16 @@ def start_agents(nodes: int, argv: list[str]) -> int:
                             f"--nodes {have}, or allocate {nodes}")
     from kit.launch.signals import SignalCounter
 
-    cmd = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--ntasks={nodes}",
-           "--kill-on-bad-exit=0", f"--export=ALL,{AGENT_ENV}=1",
+    cmd = [*srun_agents(nodes), f"--export=ALL,{AGENT_ENV}=1",
            sys.executable, "-m", "kit", *argv[1:]]
     with SignalCounter():
         return subprocess.run(cmd).returncode
 
 
-def slurm_role(nodes: int, timeout_s: float) -> NodeRole:
+def slurm_role(nodes: int, timeout_s: float) -> "NodeRole":
     """This srun task's place: node index from SLURM_NODEID, node 0's address from the list."""
+    from kit.launch.rendezvous import NodeRole
+
     job = int(in_allocation())
     return NodeRole(
         node=int(os.environ["SLURM_NODEID"]), nodes=nodes,
@@ -86,6 +102,35 @@ def slurm_role(nodes: int, timeout_s: float) -> NodeRole:
         port=rendezvous_port(job), timeout_s=timeout_s, run_id=f"slurm-{job}",
         slurm_node=os.environ.get("SLURMD_NODENAME"),
     )
+
+
+def batch_script(job_id: str) -> str | None:
+    """The script Slurm runs as ``job_id``'s batch step.
+
+    None for an ``salloc`` job (it has no script), or when Slurm cannot say.
+    """
+    try:
+        return subprocess.run(["scontrol", "write", "batch_script", job_id, "-"],
+                              capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def record_job(staging: Path) -> str | None:
+    """The Slurm job this process runs in, its batch script (if any) kept in ``staging``.
+
+    Returns:
+        The job id, or None outside Slurm.
+    """
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    script = batch_script(job)
+    if script is not None:
+        dest = staging / JOB_SCRIPT
+        dest.parent.mkdir(exist_ok=True)
+        dest.write_text(script)
+    return job
 
 
 def termination_cause() -> str | None:

@@ -60,6 +60,11 @@ class PlatformSpec(BaseModel):
     comm_backend: Literal["gloo", "nccl", "rccl"] = Field(
         description="Collective library the ranks use (rccl: ROCm's, behind torch's nccl "
         "backend name).")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment every node's ranks get (the collective library's settings, "
+        "e.g. NCCL_*/RCCL's HSA_*): exported by `submit`'s sbatch script, and set by the "
+        "launcher where the environment does not already set them.")
     telemetry: list[str] = Field(
         description="Telemetry backends to try, in order of preference: registered sampler "
         "sources (kit.telemetry.SOURCES) or rank-side ones (zeus)."

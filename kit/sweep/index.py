@@ -32,6 +32,8 @@ class PointRecord(BaseModel):
         "reached yet.")
     reason: str | None = Field(None, description="Why skipped, or the run's error.")
     bundle: str | None = Field(None, description="Bundle path relative to the sweep folder.")
+    job: str | None = Field(
+        None, description="The Slurm job that runs the point (sweep --launcher slurm).")
     resumed: bool = Field(False, description="Bundle from an earlier run, kept by --resume.")
     summary: dict[str, float | int | None] = Field(
         default_factory=dict, description="step_time_s, tokens_per_s, mfu, energy_j_per_token "

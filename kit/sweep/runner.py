@@ -16,8 +16,10 @@ from pathlib import Path
 from kit.bundle.reader import Bundle, read_bundle
 from kit.bundle.verify import verify_bundle
 from kit.errors import BundleError, KitInputError
+from kit.launch.sbatch import JobOptions
 from kit.launch.session import run_session
 from kit.sweep.index import INDEX_FILE, PointRecord, SweepIndex, summary_subset, write_index
+from kit.sweep.jobs import follow_point, running_jobs, submit_point
 from kit.sweep.plan import PlannedPoint, plan_sweep
 from kit.sweep.spec import SweepSpec
 
@@ -98,14 +100,21 @@ def _record_bundle(rec: PointRecord, folder: Path, bundle: Path, status: str,
     rec.summary = summary_subset(summary)
 
 
-def _run_point(point: PlannedPoint, rec: PointRecord, folder: Path, command: list[str]) -> None:
-    """Run one point into its folder; an exception is recorded as status ``error``."""
-    assert point.request is not None and point.cfg is not None
+def _prepare_point(point: PlannedPoint, folder: Path) -> Path:
+    """The point's folder, earlier leftovers set aside and its settings recorded."""
+    assert point.request is not None
     point_dir = folder / point.id
     _set_aside(point_dir)
     point_dir.mkdir(parents=True, exist_ok=True)
     (point_dir / REQUEST_FILE).write_text(
         json.dumps(point.request.model_dump(mode="json"), indent=2) + "\n")
+    return point_dir
+
+
+def _run_point(point: PlannedPoint, rec: PointRecord, folder: Path, command: list[str]) -> None:
+    """Run one point into its folder; an exception is recorded as status ``error``."""
+    assert point.cfg is not None
+    point_dir = _prepare_point(point, folder)
     try:
         result = run_session(point.cfg, point_dir, command)
     except Exception as e:  # one broken point must not end the sweep
@@ -116,17 +125,21 @@ def _run_point(point: PlannedPoint, rec: PointRecord, folder: Path, command: lis
 
 def run_sweep(
     spec: SweepSpec, sweep_file: Path, out: Path, resume: bool, command: list[str],
-    progress: Callable[[str], None] = _stderr,
+    progress: Callable[[str], None] = _stderr, job: JobOptions | None = None,
 ) -> SweepOutcome:
     """Run every valid point of ``spec`` under ``out/<name>/`` and keep ``sweep.json`` current.
 
     A point that fails, runs out of memory or raises is recorded and the sweep goes on; a point
     interrupted by a signal (Ctrl-C) stops the sweep, and ``--resume`` reruns it and the rest.
+    With ``job``, each point is one Slurm job of ``--launcher slurm`` (kit.sweep.jobs): all are
+    submitted, then followed in turn; the nodes, not this host, need the platform.
 
     Raises:
         KitInputError: The folder exists and ``resume`` is off, no point can run on this
-            host, or a point folder was run with other settings.
+            host, a point folder was run with other settings, or sbatch refused a job.
     """
+    if job is not None:
+        spec = spec.model_copy(update={"base": {**spec.base, "launcher": "slurm"}})
     folder = out / spec.name
     if (folder / INDEX_FILE).exists() and not resume:
         raise KitInputError(f"sweep folder {folder} exists; pass --resume to continue it, "
@@ -134,7 +147,7 @@ def run_sweep(
     if resume and not (folder / INDEX_FILE).is_file():
         raise KitInputError(f"nothing to resume: {folder} has no {INDEX_FILE}; check --out, or "
                             "leave out --resume to start the sweep")
-    plan = plan_sweep(spec, require_present=True)
+    plan = plan_sweep(spec, require_present=job is None)
     runnable = [p for p in plan if p.valid]
     if not runnable:
         first = plan[0].skip_reason if plan else "it has no points"
@@ -142,6 +155,7 @@ def run_sweep(
                             f"{first}); see --dry-run")
     kept = {p.id: earlier_bundle(folder / p.id, p.request.model_dump(mode="json"))
             for p in runnable if resume and p.request is not None}
+    running = running_jobs(folder) if resume and job is not None else {}
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(sweep_file, folder / SPEC_COPY)
     records = {p.id: PointRecord(id=p.id, values=p.values, reason=p.skip_reason,
@@ -157,17 +171,33 @@ def run_sweep(
                 m = earlier.manifest
                 _record_bundle(rec, folder, earlier.path, m.status, m.error,
                                earlier.metrics.summary)
-                rec.resumed = True
+                rec.resumed, rec.job = True, m.slurm_job_id
                 progress(f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}: "
                          f"kept ({m.status}, bundle verifies)")
                 continue
-            progress(f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}: running")
+            where = f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}"
+            if job is not None:
+                rec.job = running.get(point.id) or submit_point(
+                    point, _prepare_point(point, folder), job)
+                said = "still queued or running" if point.id in running else "submitted"
+                progress(f"{where}: Slurm job {rec.job} {said}")
+                write_index(folder, index)
+                continue
+            progress(f"{where}: running")
             _run_point(point, rec, folder, command)
-            progress(f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}: {rec.status}")
+            progress(f"{where}: {rec.status}")
             write_index(folder, index)
             if rec.status == "interrupted":
                 progress(f"sweep {spec.name}: stopped; --resume reruns {point.id} and the rest")
                 break
+        for n, point in enumerate(runnable, 1):  # the jobs submitted above, in turn
+            rec = records[point.id]
+            if rec.job is None or rec.resumed:
+                continue
+            where = f"sweep {spec.name}: point {n}/{len(runnable)} {point.id}"
+            follow_point(rec, folder, lambda line, w=where: progress(f"{w}: {line}"))
+            progress(f"{where}: {rec.status}")
+            write_index(folder, index)
     finally:
         write_index(folder, index)
     return SweepOutcome(folder, index)

@@ -1,0 +1,152 @@
+"""The sbatch script ``charllm-kit submit`` writes: what an HPC engineer would write by hand.
+
+One task per node (``srun --ntasks-per-node=1``), each task a node agent of ``--launcher slurm``
+(kit.launch.slurm), whole nodes (``--exclusive``: telemetry of a shared node measures someone
+else), the platform's GPUs per node, its collective-library ``env``, and, when a container is
+asked for, the agents started in it by pyxis/enroot (``srun --container-image``) or Apptainer
+(kit.container.command). The job's output goes to ``OUT/slurm-<job id>.out``.
+"""
+
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Literal, get_args
+
+from kit.cli_options import model_argv
+from kit.container.command import container_command
+from kit.errors import KitInputError
+from kit.launch.slurm import AGENT_ENV, PORT_BASE, srun_agents
+from kit.spec.resolve import RunRequest
+from kit.spec.run import RunConfig
+
+JobRuntime = Literal["pyxis", "apptainer", "none"]
+JOB_RUNTIMES: tuple[str, ...] = get_args(JobRuntime)
+"""Container runtimes a Slurm job starts the agents in; none runs this Python on the nodes."""
+NOT_RUN_FIELDS = ("workload", "launcher", "node_rank", "rdzv_endpoint")
+"""RunRequest fields that are not ``submit`` options: the script sets them itself."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """Slurm's side of a submission: where the job runs and in what.
+
+    Attributes:
+        partition: ``--partition``; None: the cluster's default.
+        account: ``--account``; None: the user's default.
+        time: ``--time`` as Slurm takes it (``HH:MM:SS``, ``D-HH``, minutes).
+        runtime: Container runtime; None: pyxis when the platform names a ``container_image``,
+            else none.
+        image: The image; None: the platform's ``container_image``.
+        job_name: ``--job-name``; None: ``charllm-<workload>``.
+    """
+
+    partition: str | None = None
+    account: str | None = None
+    time: str = "01:00:00"
+    runtime: JobRuntime | None = None
+    image: str | None = None
+    job_name: str | None = None
+
+
+def job_output(out: Path, job_id: str = "%j") -> Path:
+    """The job's stdout and stderr file (``%j``: Slurm's placeholder for the job id)."""
+    return out.absolute() / f"slurm-{job_id}.out"
+
+
+def _is_yaml(name: str | None) -> bool:
+    return name is not None and Path(name).suffix in (".yaml", ".yml")
+
+
+def absolute_files(req: RunRequest) -> RunRequest:
+    """``req`` with a workload or platform YAML path made absolute, as the nodes must see it."""
+    update = {f: str(Path(v).absolute()) for f in ("workload", "platform")
+              if _is_yaml(v := getattr(req, f))}
+    return req.model_copy(update=update)
+
+
+def _agent_command(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
+                   force: bool) -> list[str]:
+    """What each srun task runs: ``charllm-kit run`` of ``req``, in the container if asked."""
+    run_args = ["run", req.workload, *model_argv(req, skip=("workload",)), "--out", str(out),
+                *(["--force"] if force else [])]
+    runtime = job.runtime or ("pyxis" if cfg.platform.container_image else "none")
+    if runtime == "none":
+        return [*srun_agents(cfg.nodes), sys.executable, "-m", "kit", *run_args]
+    image = job.image or cfg.platform.container_image
+    if image is None:
+        raise KitInputError(f"platform {cfg.platform.name} names no container_image; pass "
+                            "--image, or --container-runtime none")
+    binds = [out, *(Path(v) for v in (req.workload, req.platform) if _is_yaml(v))]
+    argv = container_command(cfg.platform, runtime, image, run_args, binds)
+    if runtime == "pyxis":  # container_command's own srun, with the node agents' placement
+        return [*srun_agents(cfg.nodes), *argv[1:]]
+    return [*srun_agents(cfg.nodes), *argv]
+
+
+def _sbatch_lines(cfg: RunConfig, out: Path, job: JobOptions) -> list[str]:
+    flags = [f"--job-name={job.job_name or 'charllm-' + cfg.workload.name}",
+             f"--nodes={cfg.nodes}", "--ntasks-per-node=1"]
+    if not cfg.platform.is_cpu:
+        flags.append(f"--gpus-per-node={cfg.devices_per_node}")
+    flags += ["--exclusive", f"--time={job.time}"]
+    flags += [f"--{k}={v}" for k, v in (("partition", job.partition),
+                                         ("account", job.account)) if v]
+    flags += [f"--output={job_output(out)}", f"--chdir={os.getcwd()}"]
+    return [f"#SBATCH {f}" for f in flags]
+
+
+def _wrap(argv: Sequence[str]) -> str:
+    """A long command as shell lines of about 88 columns at most, continued with backslashes.
+
+    A line never breaks between an option and its value.
+    """
+    words = [shlex.quote(a) for a in argv]
+    lines, current = [], words[0]
+    for prev, word in pairwise(words):
+        value = prev.startswith("-") and "=" not in prev and not word.startswith("-")
+        if not value and len(current) + len(word) > 84:
+            lines.append(current)
+            current = "    " + word
+        else:
+            current += " " + word
+    return " \\\n".join([*lines, current])
+
+
+def sbatch_script(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
+                  force: bool = False) -> str:
+    """The batch script that runs ``req`` (resolved as ``cfg``) as one Slurm job.
+
+    Args:
+        cfg: The run, resolved with ``launcher: slurm``.
+        req: What the user asked for, file paths absolute (:func:`absolute_files`).
+        out: The folder every node mounts that receives the bundle and the job's output.
+        job: Partition, account, time limit, container.
+        force: Run even where the memory estimate predicts the run will not fit.
+
+    Raises:
+        KitInputError: A container without an image.
+    """
+    out = out.absolute()
+    p = cfg.parallel
+    lines = ["#!/bin/bash",
+             f"# charllm-kit submit: {cfg.workload.name} on {cfg.platform.name}, {cfg.nodes} "
+             f"node(s) x {cfg.ranks_per_node} rank(s), TP{p.tp} PP{p.pp} CP{p.cp} DP{p.dp}",
+             *_sbatch_lines(cfg, out, job), "set -u", ""]
+    if cfg.platform.env:
+        lines.append(f"# The {cfg.platform.name} platform's collective-library environment")
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(cfg.platform.env.items())]
+        lines.append("")
+    lines += [
+        "# Rendezvous: node 0's store on the NodeAddr of the first node of $SLURM_JOB_NODELIST,",
+        f"# port {PORT_BASE} + job id % 10000 (docs/multi-node.md)",
+        f"echo \"rendezvous: $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1):"
+        f"$(({PORT_BASE} + SLURM_JOB_ID % 10000))\"",
+        "# Each srun task is one node agent; node 0 writes the bundle into the shared --out",
+        f"export {AGENT_ENV}=1",
+        _wrap(_agent_command(cfg, req, out, job, force)),
+    ]
+    return "\n".join(lines) + "\n"
