@@ -15,7 +15,10 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from kit.bundle.assemble import run_end
 from kit.bundle.verify import verify_bundle
+from kit.launch.local import LaunchOutcome, RankExit
+from kit.launch.rankfile import RankResult
 
 from .conftest import REPO, bundle_path, kit_cli, losses_by_rank, start_long_run, wait_for_steps
 
@@ -199,3 +202,17 @@ def test_a_missing_staging_folder_is_one_line_and_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kit", "bundle", "recover", str(tmp_path / "x")],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_rank_that_aborts_after_writing_its_ok_result_leaves_the_run_ok(tmp_path):
+    """DeepSpeed's ZeRO-3 teardown has aborted at exit (SIGABRT) after every step and the
+    result were written: the measurements are whole, so a note, not a failed run. A rank that
+    ends badly without an ok result still fails it."""
+    ok = [RankResult(rank=r, local_rank=r, node=0, status="ok") for r in (0, 1)]
+    exits = {0: RankExit(0, None, 10.0), 1: RankExit(None, "SIGABRT", 10.5)}
+    end = run_end(LaunchOutcome(exits=exits, started=True), ok, tmp_path, None)
+    assert (end.status, end.error) == ("ok", None)
+    assert end.notes == ["rank 1: killed by SIGABRT after writing its ok result (at exit, e.g. "
+                         "in the framework's teardown); its steps are complete"]
+    end = run_end(LaunchOutcome(exits=exits, started=True), [ok[0], None], tmp_path, None)
+    assert end.status == "failed" and end.error.startswith("rank 1: killed by SIGABRT")

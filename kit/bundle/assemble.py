@@ -98,7 +98,22 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
 
 
 def _failed(res: RankResult | None, ex: RankExit | None) -> bool:
-    return res is None or res.status in ("failed", "oom") or (ex is not None and ex.failed)
+    """A rank failed when it left no result, reported a failure, or ended badly before it said
+    it finished (a crash after writing an ok result leaves its measurements whole: a note)."""
+    if res is None or res.status in ("failed", "oom"):
+        return True
+    return ex is not None and ex.failed and res.status != "ok"
+
+
+def _crashed_after_result(
+    results: list[RankResult | None], exits: dict[int, RankExit]
+) -> list[str]:
+    """Notes for ranks that wrote an ok result and then ended badly (e.g. a framework's
+    teardown aborting at exit)."""
+    return [f"rank {r}: {exits[r].describe()} after writing its ok result (at exit, e.g. in "
+            "the framework's teardown); its steps are complete"
+            for r, res in enumerate(results)
+            if res is not None and res.status == "ok" and r in exits and exits[r].failed]
 
 
 def run_end(
@@ -126,7 +141,7 @@ def run_end(
         return RunEnd("interrupted", error, exits)
     failed = [r for r, res in enumerate(results) if _failed(res, exits.get(r))]
     if not failed:
-        return RunEnd("ok", None, exits)
+        return RunEnd("ok", None, exits, _crashed_after_result(results, exits))
     first = min(failed, key=lambda r: (exits[r].t if r in exits else float("inf"),
                                        not (r in exits and exits[r].signal), r))
     res, ex = results[first], exits.get(first)
@@ -302,8 +317,9 @@ def assemble_bundle(
         nodes = [NodeData(node_inventory(device_facts(report, replay=False)),
                           staging.chunks_dir, report)]
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-    steps = steps_table([r or recover_rank_result(staging.path, i) for i, r in enumerate(results)],
-                        lambda rank: nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s)
+    steps = steps_table(
+        [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)],
+        lambda rank: nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s)
     telemetry = node_telemetry(nodes)
     facts = [{"node": i, **d} for i, n in enumerate(nodes)
              for d in device_facts(n.report, replay=True)]

@@ -2,8 +2,8 @@
 
 Energy, link bytes and throttle residency are read from fixed-width registers that only count
 up, so each one wraps to zero when it overflows: NVML's PCIe byte counters are 32-bit (the
-H100 bundle ``tests/data/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2`` shows one wrapping 32 s into
-the run, recorded before this module existed), RAPL's ``energy_uj`` wraps at
+H100 bundle ``tests/data/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2`` shows one wrapping
+32 s into the run, recorded before this module existed), RAPL's ``energy_uj`` wraps at
 ``max_energy_range_uj``, and gpu_metrics' throttle residency counters are 32-bit in the kernel
 although AMD SMI widens them to 64. A backend feeds every raw reading of such a counter to a
 :class:`WrappingCounter`, which turns it into a total that never decreases.
