@@ -2,7 +2,7 @@
 
 Each field of :class:`~kit.spec.resolve.RunRequest` but those given as arguments becomes an
 option: ``--field-name`` (or the field's ``cli`` name), its description as the help, its default
-shown, a ``Literal`` as a choice, a bounded int as a range, a bool as a flag. The values come
+shown, a ``Literal`` as a choice, a bounded int as a range, a bool as a flag pair (``--x/--no-x``). The values come
 back under the field names, ready for ``RunRequest(**values)``; :func:`model_argv` turns a
 model back into the options that give it (``submit`` writes ``run``'s command line with it).
 """
@@ -56,9 +56,8 @@ def model_options(
                 continue
             flag = _flag(name, info)
             kwargs: dict[str, Any] = {"help": info.description}
-            if info.annotation is bool:
-                if info.default:  # on unless switched off
-                    flag = f"{flag}/--no-{flag.removeprefix('--')}"
+            if info.annotation is bool:  # --x/--no-x: a sweep's default can be overridden
+                flag = f"{flag}/--no-{flag.removeprefix('--')}"
                 kwargs.update(is_flag=True, default=bool(info.default))
             else:
                 kwargs.update(type=_option_type(info),
