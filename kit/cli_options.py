@@ -3,8 +3,9 @@
 Each field of :class:`~kit.spec.resolve.RunRequest` but those given as arguments becomes an
 option: ``--field-name`` (or the field's ``cli`` name), its description as the help, its default
 shown, a ``Literal`` as a choice, a bounded int as a range, a bool as a ``--x/--no-x`` pair.
-The values come back under the field names, ready for ``RunRequest(**values)``; :func:`model_argv` turns a
-model back into the options that give it (``submit`` writes ``run``'s command line with it).
+The values come back under the field names, ready for ``RunRequest(**values)``;
+:func:`model_argv` turns a model back into the options that give it (``submit`` writes ``run``'s
+command line with it).
 """
 
 import types
