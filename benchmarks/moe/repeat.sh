@@ -11,19 +11,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-benchmarks/results}"; RUNS=/tmp/repeat-runs; mkdir -p "$OUT" "$RUNS"
 D=fusions,wgrad_fusion,cross_entropy,cuda_graph,fused_adam,foreach_optim
-W=mixtral-8x7b-4l
-mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-if [ "$mem_mib" -lt 120000 ]; then
-  W=/tmp/mixtral-8x7b-2l.yaml
-  python3 - "$W" <<'PY'
-import sys, yaml
-from kit.spec.loader import load_workload
-spec = load_workload("mixtral-8x7b-4l").model_dump(exclude_none=True)
-spec.update(name="mixtral-8x7b-2l", num_layers=2,
-            description="mixtral-8x7b-4l with 2 of its 4 layers (fits an 80 GB card)")
-open(sys.argv[1], "w").write(yaml.safe_dump(spec))
-PY
-fi
+source benchmarks/moe/workload.sh  # sets W
 run() {  # run <json name> <--speed>
   local args=(--workload "$W" --micro-batch 1 --global-batch 8 --warmup 3 --steps 6
               --only none --kit-variants "$2" --json "$RUNS/$1.json")
