@@ -49,8 +49,10 @@ def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
         assert 0 < p["time_s"] <= p["time_s_max"]
         assert p["algbw_gbps"] == pytest.approx(p["size_bytes"] / p["time_s"] / 1e9)
         assert p["busbw_gbps"] == pytest.approx(p["algbw_gbps"] * factors[p["op"]])
-        # rank 0's own timed window holds its iterations (its mean is near the ranks' mean)
-        assert p["t_end"] - p["t_start"] == pytest.approx(4 * p["time_s"], rel=0.5)
+        # rank 0's own timed window holds its iterations: its mean is one of the three ranks'
+        # means, so it is at most the slowest and at least 3 * mean - 2 * slowest
+        rank0 = (p["t_end"] - p["t_start"]) / 4
+        assert 3 * p["time_s"] - 2 * p["time_s_max"] - 1e-9 <= rank0 <= p["time_s_max"] + 1e-9
     assert seen == set(factors)
     m = json.loads((fabric / "manifest.json").read_text())
     assert m["workload"]["family"] == "fabric" and m["status"] == "ok"
