@@ -10,7 +10,10 @@ Measures, on the same model shape and batch:
    (torchtitan's one-GPU recipe);
 3. ``mcore_local``: megatron-core's stock local spec (its own DotProductAttention, no fusions,
    megatron's default optimizer), built through the kit's engine with the kit's changes off;
-4. ``kit``: the kit's megatron engine as ``charllm-kit run`` trains it.
+4. ``kit``: the kit's engine as ``charllm-kit run`` trains it: megatron, or with
+   ``--engine deepspeed --zero N`` the deepspeed engine (``--ds-config`` merges a JSON object
+   into the DeepSpeed config the kit writes, to try DeepSpeed's own knobs before they become
+   the kit's defaults).
 
 TFLOP/s use the kit's Megatron-LM formula (``kit.analysis.flops``), MFU the platform's dense
 bf16 peak. Prints a table and, with ``--json``, writes the figures. ``--kit-variants`` adds
@@ -38,7 +41,7 @@ from torch import nn
 from kit.analysis.flops import model_flops_per_step
 from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
-from kit.engines.megatron.engine import MegatronEngine
+from kit.engines.registry import engine_spec
 from kit.spec.detect import detect_platform
 from kit.spec.resolve import RunRequest, resolve
 from kit.spec.workload import WorkloadSpec, padded_vocab_size
@@ -213,8 +216,32 @@ def _stock_spec(stock: bool) -> Iterator[None]:
         kit_model.layer_spec = old_spec
 
 
-def kit_engine(req: RunRequest, speed: str | None = None) -> dict:
-    """Seconds per step and peak memory of the kit's megatron engine (one rank) with the speed
+@contextlib.contextmanager
+def _deepspeed_patch(patch: dict[str, Any]) -> Iterator[None]:
+    """Merge ``patch`` into the deepspeed engine's config (top level and zero_optimization)."""
+    from kit.engines.deepspeed import engine as ds_engine
+
+    original = ds_engine.deepspeed_config
+
+    def patched(cfg: Any) -> dict[str, Any]:
+        config = original(cfg)
+        for key, value in patch.items():
+            if isinstance(value, dict) and isinstance(config.get(key), dict):
+                config[key] = {**config[key], **value}
+            else:
+                config[key] = value
+        return config
+
+    ds_engine.deepspeed_config = patched
+    try:
+        yield
+    finally:
+        ds_engine.deepspeed_config = original
+
+
+def kit_engine(req: RunRequest, speed: str | None = None,
+               ds_patch: dict[str, Any] | None = None) -> dict:
+    """Seconds per step and peak memory of the kit's engine (one rank) with the speed
     features ``speed`` (the run's ``--speed``; None: the default set)."""
     cfg = resolve(req.model_copy(update={"speed": speed}), require_present=True)
     with socket.socket() as s:
@@ -222,8 +249,9 @@ def kit_engine(req: RunRequest, speed: str | None = None) -> dict:
         port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                       LOCAL_RANK="0")
-    engine = MegatronEngine()
-    engine.setup(cfg, 0, 0, 1)
+    engine = engine_spec(cfg.engine).build()
+    with _deepspeed_patch(ds_patch or {}):
+        engine.setup(cfg, 0, 0, 1)
     counter, losses = iter(range(10**9)), []
 
     def step() -> None:
@@ -249,13 +277,19 @@ def main() -> None:
                         help="of gemm,torch_ref,torch_ref_compiled,mcore_local,kit")
     parser.add_argument("--kit-variants", default="",
                         help="';'-separated --speed values measured besides the kit default")
+    parser.add_argument("--engine", default="megatron", help="the kit engine to measure")
+    parser.add_argument("--zero", type=int, default=0, help="deepspeed: ZeRO stage")
+    parser.add_argument("--ds-config", default="{}",
+                        help="deepspeed: JSON merged into the kit's DeepSpeed config")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
 
     platform = detect_platform()
     req = RunRequest(workload=args.workload, platform=platform.name,
                      micro_batch_size=args.micro_batch, global_batch_size=args.global_batch,
-                     steps=args.steps, warmup=args.warmup, telemetry_interval_ms=0)
+                     steps=args.steps, warmup=args.warmup, telemetry_interval_ms=0,
+                     engine=args.engine, zero=args.zero)
+    ds_patch = json.loads(args.ds_config)
     cfg = resolve(req, require_present=True)
     flops = model_flops_per_step(cfg.workload, cfg.global_batch_size)
     peak = platform.peak_tflops["bf16"]
@@ -263,7 +297,9 @@ def main() -> None:
     device = torch.cuda.get_device_name()
     print(f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ} {device}; torch {torch.__version__}, "
           f"megatron-core {adapter.mcore_version()}; {args.workload} micro-batch "
-          f"{args.micro_batch} global {args.global_batch}, {flops / 1e12:.1f} TFLOP/step",
+          f"{args.micro_batch} global {args.global_batch}, {flops / 1e12:.1f} TFLOP/step; kit "
+          f"engine {args.engine}" + (f" ZeRO-{args.zero} {args.ds_config}"
+                                     if args.engine == "deepspeed" else ""),
           flush=True)
 
     rows: dict[str, dict] = {}
@@ -304,9 +340,9 @@ def main() -> None:
             cfg.workload, cfg.micro_batch_size, cfg.grad_accum_steps, args.warmup, args.steps,
             compiled=True))
     if "kit" in only:
-        measure("kit", lambda: kit_engine(req))
+        measure("kit", lambda: kit_engine(req, ds_patch=ds_patch))
     for variant in filter(None, args.kit_variants.split(";")):
-        measure(f"kit[{variant}]", lambda: kit_engine(req, variant))
+        measure(f"kit[{variant}]", lambda: kit_engine(req, variant, ds_patch))
     if "mcore_local" in only:
         measure("mcore_local", lambda: kit_engine(req, "none"), stock_spec=True)
     if "kit" in rows and "tflops" in rows["kit"]:
@@ -319,6 +355,7 @@ def main() -> None:
         out = {"device": device, "date": f"{dt.date.today()}",
                "workload": args.workload, "micro_batch": args.micro_batch,
                "global_batch": args.global_batch, "torch": torch.__version__,
+               "engine": args.engine, "zero": args.zero, "ds_config": ds_patch,
                "megatron_core": str(adapter.mcore_version()), "peak_tflops": peak}
         for key, name in (("gemm_tflops", "gemm"), ("torch_ref_tflops", "torch_ref"),
                           ("torch_ref_compiled_tflops", "torch_ref_compiled"),

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from kit.engines.megatron.cross_entropy import vocab_parallel_cross_entropy
+from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 
 SEQ, BATCH, VOCAB = 16, 3, 64
 

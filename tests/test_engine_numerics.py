@@ -66,11 +66,24 @@ def test_speed_features_are_gpu_only_and_checked():
     assert speed.enabled(chosen) == {"fused_adam"}  # megatron-core's FSDP refuses it without TE
     assert speed.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform="h100",
                                             speed="none"))) == frozenset()
-    with pytest.raises(KitInputError, match="--speed: unknown feature.s. warp; known: fusions"):
+    with pytest.raises(KitInputError, match="--speed: unknown feature.s. warp for the megatron "
+                       "engine; known: fusions"):
         resolve(RunRequest(workload="gpt3-1.3b", platform="h100", speed="fusions,warp"))
-    with pytest.raises(KitInputError, match="--speed picks the megatron engine's"):
-        resolve(RunRequest(workload="gpt3-1.3b", platform="h100", engine="deepspeed",
-                           speed="none"))
+
+
+def test_deepspeed_speed_features_are_its_own_and_default_on_nvidia_only():
+    from kit.engines.deepspeed import speed as ds_speed
+
+    def ds(platform: str, speed: str | None = None) -> frozenset[str]:
+        return ds_speed.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform=platform,
+                                                   engine="deepspeed", zero=1, speed=speed)))
+
+    assert ds("cpu") == frozenset() and ds("h100") == {"compile", "cross_entropy"}
+    assert ds("mi250") == {"cross_entropy"} and ds("h100", "none") == frozenset()
+    assert ds("h100", "cross_entropy") == {"cross_entropy"}
+    with pytest.raises(KitInputError, match="--speed: unknown feature.s. cuda_graph for the "
+                       "deepspeed engine; known: compile, cross_entropy"):
+        ds("h100", "cuda_graph")
 
 
 def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():

@@ -104,10 +104,10 @@ class RunRequest(BaseModel):
         "Chakra ETs in the bundle (profile/chakra/). Implies --profile.")
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     speed: str | None = Field(
-        None, description="megatron on GPUs: speed features, comma-separated (fusions, "
-        "wgrad_fusion, cross_entropy, cuda_graph, fused_adam, foreach_optim, compile, "
-        "grouped_gemm) or none "
-        "(default: those measured to pay on the platform).")
+        None, description="GPU speed features, comma-separated, or none (default: those "
+        "measured to pay on the platform). megatron: fusions, wgrad_fusion, cross_entropy, "
+        "cuda_graph, fused_adam, foreach_optim, compile, grouped_gemm; deepspeed: compile, "
+        "cross_entropy.")
     phase_timers: bool = Field(
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "
         "sync and optimizer (off: measure the step without the timers' synchronizations).")

@@ -107,7 +107,7 @@ class RunConfig(BaseModel):
     seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
     speed: list[str] | None = Field(
-        None, description="megatron's GPU speed features; null = the platform's default set.")
+        None, description="The engine's GPU speed features; null = the platform's default set.")
     phase_timers: bool = Field(True, description="megatron: per-phase step timers on.")
 
     @property

@@ -17,14 +17,10 @@ import torch.distributed as dist
 
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
+from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.config import deepspeed_config
 from kit.engines.deepspeed.environment import prepare_deepspeed_environment
-from kit.engines.deepspeed.model import (
-    MOE_AUX_LOSS_COEFF,
-    CausalLM,
-    lm_loss,
-    pipeline_module,
-)
+from kit.engines.deepspeed.model import MOE_AUX_LOSS_COEFF, Block, CausalLM, pipeline_module
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
@@ -39,6 +35,8 @@ class DeepSpeedEngine(Engine):
         self.engine: Any = None
         self._pipe = False
         self._pipe_losses: list[torch.Tensor] = []
+        self._features: frozenset[str] = frozenset()
+        self._loss_fn = speed.plain_loss
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Initialize DeepSpeed's communication, build the model and wrap it."""
@@ -64,6 +62,8 @@ class DeepSpeedEngine(Engine):
         vocab = padded_vocab_size(w.vocab_size)
         recompute = cfg.optim.recompute == "full"
         config = deepspeed_config(cfg)
+        self._features = speed.enabled(cfg)
+        self._loss_fn = speed.loss_function(self._features)
         self._pipe = p.pp > 1
         if self._pipe:
             module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
@@ -77,6 +77,8 @@ class DeepSpeedEngine(Engine):
                 params = split_params_into_different_moe_groups_for_optimizer(
                     {"params": params, "name": "parameters"}
                 )
+        if "compile" in self._features:
+            speed.compile_blocks(module, Block)
         self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params, config=config)
         if self._pipe:
             dp_rank = self.engine.grid.get_data_parallel_id()
@@ -112,13 +114,13 @@ class DeepSpeedEngine(Engine):
         import deepspeed
 
         if cfg.optim.zero != 3:
-            return CausalLM(cfg.workload, vocab, cfg.seed, recompute)
+            return CausalLM(cfg.workload, vocab, cfg.seed, recompute, self._loss_fn)
         with deepspeed.zero.Init(config_dict_or_path=config):
-            return CausalLM(cfg.workload, vocab, cfg.seed, recompute)
+            return CausalLM(cfg.workload, vocab, cfg.seed, recompute, self._loss_fn)
 
     def _pipe_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The pipeline's loss function on the last stage; keeps each micro-batch's loss."""
-        loss = lm_loss(logits, labels)
+        loss = self._loss_fn(logits, labels)
         self._pipe_losses.append(loss.detach())
         return loss
 
@@ -157,6 +159,7 @@ class DeepSpeedEngine(Engine):
             else:
                 notes.append(f"deepspeed ZeRO stage {o.zero}"
                              + (", optimizer offloaded to the host" if o.offload else ""))
+            notes.append(f"speed features: {', '.join(sorted(self._features)) or 'none'}")
         return EngineInfo(
             versions={"torch": torch.__version__, "deepspeed": version("deepspeed")},
             notes=notes,

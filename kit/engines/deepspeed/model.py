@@ -278,11 +278,6 @@ def layer_recipes(w: WorkloadSpec, vocab_size: int, seed: int) -> list[LayerReci
     return out
 
 
-def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy over every token, computed in fp32."""
-    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
-
-
 class CausalLM(nn.Module):
     """All layers of a workload in one process; returns the loss to train on.
 
@@ -292,11 +287,15 @@ class CausalLM(nn.Module):
         seed: Run seed (each layer's init seed derives from it).
         recompute: Recompute each transformer layer's activations in backward (full
             recomputation, one layer per checkpoint).
+        loss_fn: Mean next-token loss of (logits, labels).
     """
 
-    def __init__(self, w: WorkloadSpec, vocab_size: int, seed: int, recompute: bool) -> None:
+    def __init__(
+        self, w: WorkloadSpec, vocab_size: int, seed: int, recompute: bool,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> None:
         super().__init__()
-        self.recompute = recompute
+        self.recompute, self.loss_fn = recompute, loss_fn
         tied: dict[str, nn.Module] = {}
         self.layers = nn.ModuleList()
         for recipe in layer_recipes(w, vocab_size, seed):
@@ -319,7 +318,7 @@ class CausalLM(nn.Module):
             else:
                 x = layer(x)
         aux = [m.aux_loss for m in self.modules() if isinstance(m, MoEMLP)]
-        return lm_loss(x, labels), (torch.stack(aux).sum() if aux else None)
+        return self.loss_fn(x, labels), (torch.stack(aux).sum() if aux else None)
 
 
 def pipeline_module(

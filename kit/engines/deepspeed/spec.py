@@ -8,6 +8,9 @@ with a one-line reason instead of failing inside DeepSpeed.
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.spec.run import ParallelConfig, RunConfig
 
+SPEED_FEATURES = ("compile", "cross_entropy")
+"""GPU speed features of the deepspeed engine (kit.engines.deepspeed.speed)."""
+
 _OFFLOAD = ("--offload moves ZeRO's optimizer states to the host; use it with --engine "
             "deepspeed and --zero 1, 2 or 3")
 
@@ -53,6 +56,10 @@ class DeepSpeedSpec(EngineSpec):
         if o.recompute == "selective":
             out.append("--recompute selective is megatron's (attention core only); the deepspeed "
                        "engine recomputes whole layers: use --recompute full")
+        unknown = sorted(set(cfg.speed or ()) - set(SPEED_FEATURES))
+        if unknown:
+            out.append(f"--speed: unknown feature(s) {', '.join(unknown)} for the deepspeed "
+                       f"engine; known: {', '.join(SPEED_FEATURES)} (or none)")
         if o.overlap and o.zero == 0:
             out.append("--overlap with --engine deepspeed overlaps ZeRO's reduce and gather with "
                        "compute; use it with --zero 1, 2 or 3")

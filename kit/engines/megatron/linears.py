@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear
 
-from kit.engines.megatron.compiled import compiled
+from kit.engines.kernels.compiled import compiled
 
 
 def _add_bias(output: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,6 @@ class MegatronSpec(EngineSpec):
     options = {
         "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
         "fsdp": "--fsdp is megatron's; with --engine deepspeed use --zero 3",
-        "speed": "--speed picks the megatron engine's GPU speed features; use --engine megatron",
         "phase_timers": "--no-phase-timers switches off the megatron engine's phase timers; "
                         "use --engine megatron",
     }
@@ -31,7 +30,8 @@ class MegatronSpec(EngineSpec):
                        "requires sequence parallelism for MoE layers under tensor parallelism")
         unknown = sorted(set(cfg.speed or ()) - set(SPEED_FEATURES))
         if unknown:
-            out.append(f"--speed: unknown feature(s) {', '.join(unknown)}; known: "
+            out.append(f"--speed: unknown feature(s) {', '.join(unknown)} for the megatron "
+                       f"engine; known: "
                        f"{', '.join(SPEED_FEATURES)} (or none)")
         w = cfg.workload
         if "grouped_gemm" in (cfg.speed or ()) and w.is_moe and w.add_bias_linear:

@@ -6,7 +6,7 @@ AdamW in its multi-tensor (not fused) form when neither TE nor apex is importabl
 weight gradient written in bf16 and then added into the fp32 ``main_grad`` by a separate
 kernel (apex's fused accumulation is missing). This module turns on megatron-core's own
 native fusions, gives it a torch-only weight-gradient accumulation, replaces its fused
-cross-entropy with :mod:`kit.engines.megatron.cross_entropy` (fewer passes over the logits),
+cross-entropy with :mod:`kit.engines.kernels.cross_entropy` (fewer passes over the logits),
 captures the forward and backward of a whole step in one CUDA graph
 (:mod:`kit.engines.megatron.step_graph`: the CPU no longer paces ~5000 kernel launches per
 step), makes the optimizer torch's fused AdamW and its gradient norm, clipping and parameter

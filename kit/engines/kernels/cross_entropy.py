@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from kit.engines.megatron.compiled import compiled
+from kit.engines.kernels.compiled import compiled
 
 
 def _row_max(logits: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,64 @@
+"""The GPU speed path of the deepspeed engine: the kit's fast layers where DeepSpeed allows them.
+
+DeepSpeed wraps whatever ``nn.Module`` it is given, so the engine's plain PyTorch model can take
+two of the megatron engine's levers: ``compile`` runs ``torch.compile`` on every transformer
+block (Inductor fuses LayerNorm, bias, GELU and residual adds into a few Triton kernels; the
+blocks share one graph), ``cross_entropy`` replaces the fp32 cross-entropy over the whole logits
+tensor with :mod:`kit.engines.kernels.cross_entropy` (two reads and one write of the bf16
+logits). The megatron engine's other features (weight-gradient accumulation into ``main_grad``,
+the step CUDA graph, foreach optimizer ops) act on megatron-core's own buffers and optimizer,
+which DeepSpeed replaces with its own; its optimizer already is torch's fused AdamW.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from kit.engines.deepspeed.spec import SPEED_FEATURES
+from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
+from kit.spec.run import RunConfig
+
+DEFAULT = frozenset(SPEED_FEATURES)
+"""On by default on NVIDIA GPUs: each measured to pay on one H100
+(``benchmarks/deepspeed/results/``)."""
+
+DEFAULT_AMD = frozenset({"cross_entropy"})
+"""On ROCm only the fused cross-entropy: ``compile`` of the blocks was measured on CUDA only (no
+AMD GPU was reachable), so it stays off until a ROCm run shows it pays."""
+
+
+def enabled(cfg: RunConfig) -> frozenset[str]:
+    """The speed features for ``cfg``: :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD,
+    none on CPU; the run's ``--speed`` (checked by the spec) overrides the default."""
+    if cfg.platform.is_cpu:
+        return frozenset()
+    if cfg.speed is None:
+        return DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
+    return frozenset(cfg.speed)
+
+
+def plain_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy over every token, the logits cast to fp32."""
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+def fused_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The same mean through the kit's fused cross-entropy (fp32 loss, bf16 logits kept)."""
+    return vocab_parallel_cross_entropy(logits, labels).mean()
+
+
+def loss_function(features: frozenset[str]) -> Callable[[torch.Tensor, torch.Tensor],
+                                                        torch.Tensor]:
+    """The language-model loss the model computes under ``features``."""
+    return fused_loss if "cross_entropy" in features else plain_loss
+
+
+def compile_blocks(model: torch.nn.Module, block_type: type[torch.nn.Module]) -> int:
+    """``torch.compile`` every ``block_type`` module of ``model`` in place; returns how many."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, block_type):
+            module.compile()
+            count += 1
+    return count
