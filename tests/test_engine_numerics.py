@@ -74,11 +74,13 @@ def test_speed_features_are_gpu_only_and_checked():
 def test_deepspeed_speed_features_are_its_own_and_default_on_nvidia_only():
     from kit.engines.deepspeed import speed as ds_speed
 
-    def ds(platform: str, speed: str | None = None) -> frozenset[str]:
+    def ds(platform: str, speed: str | None = None, zero: int = 1) -> frozenset[str]:
         return ds_speed.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform=platform,
-                                                   engine="deepspeed", zero=1, speed=speed)))
+                                                   engine="deepspeed", zero=zero, speed=speed)))
 
     assert ds("cpu") == frozenset() and ds("h100") == {"compile", "cross_entropy"}
+    assert ds("h100", zero=3) == {"cross_entropy"}  # compiled blocks measured slower there
+    assert ds("h100", "compile", zero=3) == {"compile"}
     assert ds("mi250") == {"cross_entropy"} and ds("h100", "none") == frozenset()
     assert ds("h100", "cross_entropy") == {"cross_entropy"}
     with pytest.raises(KitInputError, match="--speed: unknown feature.s. cuda_graph for the "
