@@ -80,6 +80,8 @@ def test_deepspeed_speed_features_are_its_own_and_default_on_nvidia_only():
 
     assert ds("cpu") == frozenset() and ds("h100") == {"compile", "cross_entropy"}
     assert ds("h100", zero=3) == {"cross_entropy"}  # compiled blocks measured slower there
+    assert ds_speed.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform="h100",
+                                               engine="deepspeed", pp=2))) == {"cross_entropy"}
     assert ds("h100", "compile", zero=3) == {"compile"}
     assert ds("mi250") == {"cross_entropy"} and ds("h100", "none") == frozenset()
     assert ds("h100", "cross_entropy") == {"cross_entropy"}

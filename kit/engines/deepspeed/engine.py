@@ -160,6 +160,9 @@ class DeepSpeedEngine(Engine):
                 notes.append(f"deepspeed ZeRO stage {o.zero}"
                              + (", optimizer offloaded to the host" if o.offload else ""))
             notes.append(f"speed features: {', '.join(sorted(self._features)) or 'none'}")
+            blockers = speed.compile_blockers(self.cfg)
+            if self.cfg.speed is None and not self.cfg.platform.is_cpu and blockers:
+                notes.append(f"compile off: {', '.join(blockers)}")
         return EngineInfo(
             versions={"torch": torch.__version__, "deepspeed": version("deepspeed")},
             notes=notes,

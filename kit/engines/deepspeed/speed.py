@@ -23,9 +23,20 @@ DEFAULT = frozenset(SPEED_FEATURES)
 """On by default on NVIDIA GPUs: together 4.5% faster at ZeRO-1 on one H100
 (``benchmarks/deepspeed/results/speed-h100.txt``)."""
 
-NOT_BY_DEFAULT_WITH_ZERO3 = frozenset({"compile"})
-"""Left out of the default under ZeRO-3: compiled blocks measured slower there (0.30x the
-megatron engine against 0.39x uncompiled); ``--speed compile`` still turns it on."""
+
+def compile_blockers(cfg: RunConfig) -> list[str]:
+    """Why ``compile`` stays out of this layout's default set (empty when it is in).
+
+    Compiled blocks measured slower under ZeRO-3 (0.30x the megatron engine against 0.39x
+    uncompiled: its gather/release hooks run around every block). DeepSpeed's pipeline engine
+    and its MoE layer (data-dependent token counts) have not been measured compiled.
+    ``--speed compile`` still turns it on.
+    """
+    return [reason for blocked, reason in (
+        (cfg.optim.zero == 3, "ZeRO-3 (measured slower)"),
+        (cfg.parallel.pp > 1, "DeepSpeed's pipeline engine (not measured)"),
+        (cfg.workload.is_moe, "mixture of experts (not measured)"),
+    ) if blocked]
 
 DEFAULT_AMD = frozenset({"cross_entropy"})
 """On ROCm only the fused cross-entropy: ``compile`` of the blocks was measured on CUDA only (no
@@ -34,14 +45,14 @@ AMD GPU was reachable), so it stays off until a ROCm run shows it pays."""
 
 def enabled(cfg: RunConfig) -> frozenset[str]:
     """The speed features for ``cfg``: :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD,
-    none on CPU, less :data:`NOT_BY_DEFAULT_WITH_ZERO3` under ZeRO-3; the run's ``--speed``
-    (checked by the spec) overrides the default."""
+    none on CPU, without ``compile`` where :func:`compile_blockers` says so; the run's
+    ``--speed`` (checked by the spec) overrides the default."""
     if cfg.platform.is_cpu:
         return frozenset()
     if cfg.speed is not None:
         return frozenset(cfg.speed)
     chosen = DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
-    return chosen - NOT_BY_DEFAULT_WITH_ZERO3 if cfg.optim.zero == 3 else chosen
+    return chosen - {"compile"} if compile_blockers(cfg) else chosen
 
 
 def plain_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
