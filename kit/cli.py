@@ -393,7 +393,8 @@ def bundle_recover(path: Path) -> None:
     """Publish the staging folder (OUT/.<id>.partial) a killed launcher left; print the bundle.
 
     Keeps every step and telemetry sample it recorded; the bundle's status is failed, with the
-    reason. Refused while the launcher or its ranks still run.
+    reason. A multi-node run's folder (node 0's agent killed) is merged from every node's part.
+    Refused while the launcher, another node's agent or a rank of the run still runs here.
     """
     from kit.bundle.recover import recover_bundle
     from kit.bundle.verify import verify_bundle
