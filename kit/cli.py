@@ -233,30 +233,52 @@ def fabric(ops: str | None, out: Path, as_json: bool, **opts: object) -> None:
                                       "submit each point as one Slurm job (the options below, "
                                       "as for `submit`) and follow them.")
 @_job_options
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON output: the dry-run plan (with --launcher slurm each point's job and "
+                   "sbatch script), or the sweep folder and its index, or the error.")
 def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: str,
           partition: str | None, account: str | None, time_limit: str, runtime: str | None,
-          image: str | None) -> None:
+          image: str | None, as_json: bool) -> None:
     """Run every valid point of SWEEP_FILE (YAML), one bundle each; see docs/sweeps.md."""
     from kit.sweep.spec import load_sweep
-    from kit.sweep.tables import plan_table, summary_table
+    from kit.sweep.tables import summary_table
 
     spec = load_sweep(sweep_file)
     check_output_dir(out)
+    job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
+           else None)
     if dry_run:
-        from kit.sweep.plan import plan_sweep
-
-        click.echo(plan_table(plan_sweep(spec, require_present=False)))
-        click.echo("dry run: nothing launched")
+        _sweep_dry_run(spec, out, job, as_json)
         return
     from kit.sweep.runner import run_sweep
 
-    job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
-           else None)
     outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv, job=job)
-    click.echo(summary_table(outcome.index))
-    click.echo(str(outcome.folder.resolve()))
+    if as_json:
+        click.echo(json.dumps({"folder": str(outcome.folder.resolve()),
+                               "points": outcome.index.model_dump(mode="json")["points"]}))
+    else:
+        click.echo(summary_table(outcome.index))
+        click.echo(str(outcome.folder.resolve()))
     if outcome.any_failed:
         sys.exit(1)
+
+
+def _sweep_dry_run(spec: Any, out: Path, job: JobOptions | None, as_json: bool) -> None:
+    """Print the plan; with ``job`` (``--launcher slurm``) as the real sweep would submit it."""
+    from kit.sweep.jobs import planned_jobs, slurm_sweep
+    from kit.sweep.plan import plan_sweep
+    from kit.sweep.tables import plan_json, plan_table
+
+    if job is not None:
+        spec = slurm_sweep(spec)
+    plan = plan_sweep(spec, require_present=False)
+    jobs = planned_jobs(plan, out / spec.name, job) if job is not None else None
+    if as_json:
+        click.echo(json.dumps(plan_json(spec.name, plan, jobs)))
+        return
+    click.echo(plan_table(plan, jobs))
+    click.echo("dry run: nothing launched" if jobs is None else
+               "dry run: nothing submitted (--json prints each job's sbatch script)")
 
 
 @cli.group()
