@@ -125,17 +125,21 @@ def _job(partition: str | None, account: str | None, time_limit: str, runtime: s
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
 @click.option("--force", is_flag=True,
               help="Run even if the memory estimate predicts it will not fit.")
-def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool,
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON output: the job id, the folders and the script's copy (with --wait, "
+                   "the run's status and bundle; with --dry-run, the script), or the error.")
+def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_json: bool,
            partition: str | None,
            account: str | None, time_limit: str, runtime: str | None, image: str | None,
            **opts: object) -> None:
     """Submit WORKLOAD as one Slurm job (sbatch) of --launcher slurm; print the job id.
 
-    Takes the options of `run`. The bundle, in --out, holds the script (job/sbatch.sh) and
-    the job id; see docs/multi-node.md.
+    Takes the options of `run`. A copy of the script is kept beside the job's output
+    (OUT/slurm-<job id>.sbatch); the bundle, in --out, holds it too (job/sbatch.sh) with the
+    job id; see docs/multi-node.md.
     """
     from kit.launch.sbatch import absolute_files, job_output, sbatch_script
-    from kit.launch.submit import follow_job, submit_job
+    from kit.launch.submit import follow_job, keep_script, submit_job
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
@@ -146,25 +150,46 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool,
     script = sbatch_script(plan.cfg, req, out,
                            _job(partition, account, time_limit, runtime, image), force)
     if dry_run:
-        click.echo(script, nl=False)
+        if as_json:
+            click.echo(json.dumps({"script": script, "out": str(out.absolute())}))
+        else:
+            click.echo(script, nl=False)
         return
     check_output_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     job_id = submit_job(script)
-    click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {out.resolve()} "
-               f"(the job's output: {job_output(out, job_id)})")
+    answer: dict[str, Any] = {"job": job_id, "out": str(out.resolve()),
+                              "output": str(job_output(out, job_id)),
+                              "script": str(keep_script(out, job_id, script))}
+    if not as_json:
+        click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {out.resolve()} "
+                   f"(the job's output: {job_output(out, job_id)})")
     if not wait:
+        if as_json:
+            click.echo(json.dumps(answer))
         return
     bundle_dir = follow_job(job_id, out, lambda line: click.echo(line, err=True))
+    _submit_end(answer, bundle_dir, as_json)
+
+
+def _submit_end(answer: dict[str, Any], bundle_dir: Path | None, as_json: bool) -> None:
+    """How a followed job ended: its bundle's status and path; exit 1 unless ok."""
     if bundle_dir is None:
-        click.echo(f"job {job_id} ended without a bundle; see {job_output(out, job_id)}",
-                   err=True)
-        sys.exit(1)
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
-    if manifest["status"] != "ok":
-        click.echo(f"{manifest['status']}: {manifest['error']}", err=True)
-    click.echo(str(bundle_dir.resolve()))
-    if manifest["status"] != "ok":
+        error = f"job {answer['job']} ended without a bundle; see {answer['output']}"
+        answer.update(status=None, error=error, bundle=None)
+    else:
+        manifest = json.loads((bundle_dir / "manifest.json").read_text())
+        answer.update(status=manifest["status"], error=manifest["error"],
+                      bundle=str(bundle_dir.resolve()))
+    if as_json:
+        click.echo(json.dumps(answer))
+    elif bundle_dir is None:
+        click.echo(answer["error"], err=True)
+    else:
+        if answer["status"] != "ok":
+            click.echo(f"{answer['status']}: {answer['error']}", err=True)
+        click.echo(answer["bundle"])
+    if answer["status"] != "ok":
         sys.exit(1)
 
 

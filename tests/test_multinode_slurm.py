@@ -172,3 +172,48 @@ axes:
         bundle = out / "two-jobs" / p["bundle"]
         assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
         assert manifest(bundle)["slurm_job_id"] == p["job"]
+
+
+@pytest.mark.timeout(60)
+def test_submit_dry_run_json_is_the_script_as_data(tmp_path):
+    r = kit_cli(*SUBMIT, "--out", str(tmp_path), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["out"] == str(tmp_path)
+    plain = kit_cli(*SUBMIT, "--out", str(tmp_path), "--dry-run")
+    assert answer["script"] == plain.stdout
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.timeout(300)
+def test_submit_json_answers_one_object_and_errors_as_json(slurm, tmp_path):
+    refused = kit_cli(*SUBMIT, "--partition", "nosuchpartition", "--out", str(tmp_path),
+                      "--json")
+    assert refused.returncode == 2 and refused.stderr == ""
+    assert json.loads(refused.stdout)["error"].startswith("sbatch refused the job: ")
+
+    r = kit_cli(*SUBMIT, "--steps", "3", "--partition", "ci", "--time", "10",
+                "--out", str(tmp_path), "--wait", "--json", timeout=280)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("\n") == 1  # one object; the progress lines went to stderr
+    answer = json.loads(r.stdout)
+    job = answer["job"]
+    assert f"job {job} " in r.stderr
+    assert answer["out"] == str(tmp_path) and answer["output"] == f"{tmp_path}/slurm-{job}.out"
+    assert answer["status"] == "ok" and answer["error"] is None
+    bundle = Path(answer["bundle"])
+    assert bundle.parent == tmp_path and manifest(bundle)["slurm_job_id"] == job
+    assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
+    kept = Path(answer["script"]).read_text()  # the script submitted, as Slurm kept it
+    assert kept == (bundle / "job" / "sbatch.sh").read_text()
+    assert "#SBATCH --nodes=2" in kept.splitlines()
+
+    r = kit_cli(*SUBMIT, "--steps", "2", "--partition", "ci", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert set(answer) == {"job", "out", "output", "script"} and answer["job"] != job
+    subprocess.run(["scancel", answer["job"]], check=True)
+    deadline = time.monotonic() + 60  # let its agents publish before the folder goes
+    while subprocess.run(["squeue", "-h", "-j", answer["job"], "-o", "%i"], capture_output=True,
+                         text=True).stdout.strip() and time.monotonic() < deadline:
+        time.sleep(0.3)
