@@ -125,17 +125,21 @@ def _job(partition: str | None, account: str | None, time_limit: str, runtime: s
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
 @click.option("--force", is_flag=True,
               help="Run even if the memory estimate predicts it will not fit.")
-def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool,
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON output: the job id, the folders and the script's copy (with --wait, "
+                   "the run's status and bundle; with --dry-run, the script), or the error.")
+def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_json: bool,
            partition: str | None,
            account: str | None, time_limit: str, runtime: str | None, image: str | None,
            **opts: object) -> None:
     """Submit WORKLOAD as one Slurm job (sbatch) of --launcher slurm; print the job id.
 
-    Takes the options of `run`. The bundle, in --out, holds the script (job/sbatch.sh) and
-    the job id; see docs/multi-node.md.
+    Takes the options of `run`. A copy of the script is kept beside the job's output
+    (OUT/slurm-<job id>.sbatch); the bundle, in --out, holds it too (job/sbatch.sh) with the
+    job id; see docs/multi-node.md.
     """
     from kit.launch.sbatch import absolute_files, job_output, sbatch_script
-    from kit.launch.submit import follow_job, submit_job
+    from kit.launch.submit import follow_job, keep_script, submit_job
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
@@ -146,25 +150,46 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool,
     script = sbatch_script(plan.cfg, req, out,
                            _job(partition, account, time_limit, runtime, image), force)
     if dry_run:
-        click.echo(script, nl=False)
+        if as_json:
+            click.echo(json.dumps({"script": script, "out": str(out.absolute())}))
+        else:
+            click.echo(script, nl=False)
         return
     check_output_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     job_id = submit_job(script)
-    click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {out.resolve()} "
-               f"(the job's output: {job_output(out, job_id)})")
+    answer: dict[str, Any] = {"job": job_id, "out": str(out.resolve()),
+                              "output": str(job_output(out, job_id)),
+                              "script": str(keep_script(out, job_id, script))}
+    if not as_json:
+        click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {out.resolve()} "
+                   f"(the job's output: {job_output(out, job_id)})")
     if not wait:
+        if as_json:
+            click.echo(json.dumps(answer))
         return
     bundle_dir = follow_job(job_id, out, lambda line: click.echo(line, err=True))
+    _submit_end(answer, bundle_dir, as_json)
+
+
+def _submit_end(answer: dict[str, Any], bundle_dir: Path | None, as_json: bool) -> None:
+    """How a followed job ended: its bundle's status and path; exit 1 unless ok."""
     if bundle_dir is None:
-        click.echo(f"job {job_id} ended without a bundle; see {job_output(out, job_id)}",
-                   err=True)
-        sys.exit(1)
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
-    if manifest["status"] != "ok":
-        click.echo(f"{manifest['status']}: {manifest['error']}", err=True)
-    click.echo(str(bundle_dir.resolve()))
-    if manifest["status"] != "ok":
+        error = f"job {answer['job']} ended without a bundle; see {answer['output']}"
+        answer.update(status=None, error=error, bundle=None)
+    else:
+        manifest = json.loads((bundle_dir / "manifest.json").read_text())
+        answer.update(status=manifest["status"], error=manifest["error"],
+                      bundle=str(bundle_dir.resolve()))
+    if as_json:
+        click.echo(json.dumps(answer))
+    elif bundle_dir is None:
+        click.echo(answer["error"], err=True)
+    else:
+        if answer["status"] != "ok":
+            click.echo(f"{answer['status']}: {answer['error']}", err=True)
+        click.echo(answer["bundle"])
+    if answer["status"] != "ok":
         sys.exit(1)
 
 
@@ -233,30 +258,52 @@ def fabric(ops: str | None, out: Path, as_json: bool, **opts: object) -> None:
                                       "submit each point as one Slurm job (the options below, "
                                       "as for `submit`) and follow them.")
 @_job_options
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON output: the dry-run plan (with --launcher slurm each point's job and "
+                   "sbatch script), or the sweep folder and its index, or the error.")
 def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: str,
           partition: str | None, account: str | None, time_limit: str, runtime: str | None,
-          image: str | None) -> None:
+          image: str | None, as_json: bool) -> None:
     """Run every valid point of SWEEP_FILE (YAML), one bundle each; see docs/sweeps.md."""
     from kit.sweep.spec import load_sweep
-    from kit.sweep.tables import plan_table, summary_table
+    from kit.sweep.tables import summary_table
 
     spec = load_sweep(sweep_file)
     check_output_dir(out)
+    job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
+           else None)
     if dry_run:
-        from kit.sweep.plan import plan_sweep
-
-        click.echo(plan_table(plan_sweep(spec, require_present=False)))
-        click.echo("dry run: nothing launched")
+        _sweep_dry_run(spec, out, job, as_json)
         return
     from kit.sweep.runner import run_sweep
 
-    job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
-           else None)
     outcome = run_sweep(spec, sweep_file, out, resume, command=sys.argv, job=job)
-    click.echo(summary_table(outcome.index))
-    click.echo(str(outcome.folder.resolve()))
+    if as_json:
+        click.echo(json.dumps({"folder": str(outcome.folder.resolve()),
+                               "points": outcome.index.model_dump(mode="json")["points"]}))
+    else:
+        click.echo(summary_table(outcome.index))
+        click.echo(str(outcome.folder.resolve()))
     if outcome.any_failed:
         sys.exit(1)
+
+
+def _sweep_dry_run(spec: Any, out: Path, job: JobOptions | None, as_json: bool) -> None:
+    """Print the plan; with ``job`` (``--launcher slurm``) as the real sweep would submit it."""
+    from kit.sweep.jobs import planned_jobs, slurm_sweep
+    from kit.sweep.plan import plan_sweep
+    from kit.sweep.tables import plan_json, plan_table
+
+    if job is not None:
+        spec = slurm_sweep(spec)
+    plan = plan_sweep(spec, require_present=False)
+    jobs = planned_jobs(plan, out / spec.name, job) if job is not None else None
+    if as_json:
+        click.echo(json.dumps(plan_json(spec.name, plan, jobs)))
+        return
+    click.echo(plan_table(plan, jobs))
+    click.echo("dry run: nothing launched" if jobs is None else
+               "dry run: nothing submitted (--json prints each job's sbatch script)")
 
 
 @cli.group()
@@ -393,7 +440,8 @@ def bundle_recover(path: Path) -> None:
     """Publish the staging folder (OUT/.<id>.partial) a killed launcher left; print the bundle.
 
     Keeps every step and telemetry sample it recorded; the bundle's status is failed, with the
-    reason. Refused while the launcher or its ranks still run.
+    reason. A multi-node run's folder (node 0's agent killed) is merged from every node's part.
+    Refused while the launcher, another node's agent or a rank of the run still runs here.
     """
     from kit.bundle.recover import recover_bundle
     from kit.bundle.verify import verify_bundle

@@ -6,6 +6,7 @@ node with srun, as on a real cluster (2 gloo ranks per node: gpt3-tiny TP2 x DP2
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +84,59 @@ def test_scancel_gives_interrupted_naming_it(slurm, tmp_path):
     assert kit_cli("bundle", "verify", str(bundles[0])).returncode == 0
     m = manifest(bundles[0])
     assert m["status"] == "interrupted" and "scancel" in m["error"], m["error"]
+
+
+def job_agent(job: str, node: int) -> int | None:
+    """Pid of the node agent (srun task) of ``node`` in Slurm job ``job``, from its environment."""
+    want = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_NODEID={node}".encode(),
+            b"CHARLLM_SLURM_AGENT=1"}
+    for pid in os.listdir("/proc"):
+        try:
+            env = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want <= env and b"kit" in argv and b"run" in argv:
+            return int(pid)
+    return None
+
+
+def wait_job_gone(job: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True,
+                         text=True).stdout.strip():
+        assert time.monotonic() < deadline, f"job {job} did not end in {timeout_s} s"
+        time.sleep(0.3)
+
+
+@pytest.mark.timeout(300)
+def test_a_sigkilled_node_agent_under_slurm_fails_the_run_naming_the_node(slurm, tmp_path):
+    cmd = " ".join([*RUN, "--steps", "400", "--out", str(tmp_path)])
+    job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1",
+                          f"--output={tmp_path}/job-%j.out", f"--wrap={cmd}"],
+                         capture_output=True, text=True, cwd=REPO, check=True).stdout.strip()
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline:
+        log = next(tmp_path.glob(".*.partial/ranks/rank2.steps.jsonl"), None)
+        if log is not None and log.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.3)
+    else:
+        subprocess.run(["scancel", job])
+        pytest.fail("the job's ranks did not train")
+    agent = job_agent(job, 1)
+    assert agent is not None, "node 1's agent not found"
+    os.kill(agent, signal.SIGKILL)
+    wait_job_gone(job)
+    bundles = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert len(bundles) == 1, list(tmp_path.iterdir())
+    assert kit_cli("bundle", "verify", str(bundles[0])).returncode == 0
+    m = manifest(bundles[0])
+    assert m["status"] == "failed" and m["slurm_job_id"] == job
+    assert m["error"].startswith("node 1 (n2): its agent (pid "), m["error"]
+    assert f"pid {agent} " in m["error"] and "SIGKILL" in m["error"], m["error"]
+    assert set(pq.read_table(bundles[0] / "telemetry.parquet").column("node").to_pylist()) == {
+        0, 1}  # node 1's samples up to its agent's death are kept
 
 
 SUBMIT = ["submit", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--warmup", "1",
@@ -172,3 +226,48 @@ axes:
         bundle = out / "two-jobs" / p["bundle"]
         assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
         assert manifest(bundle)["slurm_job_id"] == p["job"]
+
+
+@pytest.mark.timeout(60)
+def test_submit_dry_run_json_is_the_script_as_data(tmp_path):
+    r = kit_cli(*SUBMIT, "--out", str(tmp_path), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["out"] == str(tmp_path)
+    plain = kit_cli(*SUBMIT, "--out", str(tmp_path), "--dry-run")
+    assert answer["script"] == plain.stdout
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.timeout(300)
+def test_submit_json_answers_one_object_and_errors_as_json(slurm, tmp_path):
+    refused = kit_cli(*SUBMIT, "--partition", "nosuchpartition", "--out", str(tmp_path),
+                      "--json")
+    assert refused.returncode == 2 and refused.stderr == ""
+    assert json.loads(refused.stdout)["error"].startswith("sbatch refused the job: ")
+
+    r = kit_cli(*SUBMIT, "--steps", "3", "--partition", "ci", "--time", "10",
+                "--out", str(tmp_path), "--wait", "--json", timeout=280)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("\n") == 1  # one object; the progress lines went to stderr
+    answer = json.loads(r.stdout)
+    job = answer["job"]
+    assert f"job {job} " in r.stderr
+    assert answer["out"] == str(tmp_path) and answer["output"] == f"{tmp_path}/slurm-{job}.out"
+    assert answer["status"] == "ok" and answer["error"] is None
+    bundle = Path(answer["bundle"])
+    assert bundle.parent == tmp_path and manifest(bundle)["slurm_job_id"] == job
+    assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
+    kept = Path(answer["script"]).read_text()  # the script submitted, as Slurm kept it
+    assert kept == (bundle / "job" / "sbatch.sh").read_text()
+    assert "#SBATCH --nodes=2" in kept.splitlines()
+
+    r = kit_cli(*SUBMIT, "--steps", "2", "--partition", "ci", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert set(answer) == {"job", "out", "output", "script"} and answer["job"] != job
+    subprocess.run(["scancel", answer["job"]], check=True)
+    deadline = time.monotonic() + 60  # let its agents publish before the folder goes
+    while subprocess.run(["squeue", "-h", "-j", answer["job"], "-o", "%i"], capture_output=True,
+                         text=True).stdout.strip() and time.monotonic() < deadline:
+        time.sleep(0.3)

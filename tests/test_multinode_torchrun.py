@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, bundle_path, kit_cli
+from tests.conftest import REPO, bundle_path, kit_cli, rank_pid
 
 
 def free_port() -> int:
@@ -102,6 +102,82 @@ def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path, cli):
     assert "its ranks 2, 3" in m["error"]
     nodes = set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist())
     assert nodes == {0, 1}  # node 1's samples up to its death are kept
+
+
+def wait_for_rank_steps(out: Path, rank: int, steps: int, procs: list[subprocess.Popen]) -> None:
+    """Block until ``rank`` of the run staged under ``out`` has streamed ``steps`` steps."""
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline:
+        log = next(out.glob(f".*.partial/ranks/rank{rank}.steps.jsonl"), None)
+        if log is not None and log.read_text().count("\n") >= steps:
+            return
+        time.sleep(0.2)
+    for p in procs:
+        p.kill()
+    pytest.fail(f"rank {rank} did not train")
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_killed_on_node_1_fails_the_run_naming_node_rank_and_signal(tmp_path, cli):
+    port = free_port()
+    node0 = start_node(0, tmp_path, port, steps=400)
+    node1 = start_node(1, tmp_path, port, steps=400)
+    wait_for_rank_steps(tmp_path, 3, 2, [node0, node1])
+    victim = rank_pid(node1.pid, 3)  # node 1's agent starts its ranks 2 and 3
+    assert victim is not None, "rank 3 is not a child of node 1's agent"
+    os.kill(victim, signal.SIGKILL)
+    (rc0, out0, err0), (rc1, out1, _) = finish([node0, node1], timeout=200)
+    assert rc0 == 1 and rc1 == 1, err0
+    bundle = bundle_path(out0)
+    assert bundle_path(out1) == bundle  # node 1 lived on and heard how the run ended
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "failed"
+    assert m["error"].startswith("rank 3: killed by SIGKILL on node 1 "), m["error"]
+    assert m["ranks"][3]["signal"] == "SIGKILL" and m["ranks"][3]["node"] == 1
+    steps = pq.read_table(bundle / "steps.parquet").to_pylist()
+    assert {r["rank"] for r in steps} == {0, 1, 2, 3}  # the killed rank's streamed steps too
+    assert min(sum(r["rank"] == k for r in steps) for k in range(4)) >= 2
+    nodes = set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist())
+    assert nodes == {0, 1}
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_node_0_agent_leaves_a_staging_folder_that_bundle_recover_publishes(
+        tmp_path, cli):
+    """Node 0's agent publishes the bundle: SIGKILLed, it leaves every node's part staged;
+    node 1 ends by itself and `bundle recover` merges both nodes' parts once nothing runs."""
+    port = free_port()
+    node0 = start_node(0, tmp_path, port, steps=400)
+    node1 = start_node(1, tmp_path, port, steps=400)
+    wait_for_rank_steps(tmp_path, 2, 2, [node0, node1])
+    staging = next(tmp_path.glob(".*.partial"))
+    os.kill(node0.pid, signal.SIGKILL)
+    early = cli("bundle", "recover", str(staging), timeout=60)
+    assert early.returncode == 2 and "still run" in early.stderr, early.stderr
+    assert len(early.stderr.strip().splitlines()) == 1
+    (_, _, _), (rc1, _, err1) = finish([node0, node1], timeout=120)  # node 1 ends by itself
+    assert rc1 == 1, err1
+    deadline = time.monotonic() + 60
+    while (r := cli("bundle", "recover", str(staging), timeout=60)).returncode == 2:
+        assert "still run" in r.stderr and time.monotonic() < deadline, r.stderr
+        time.sleep(1)  # node 0's orphaned ranks stop within their grace
+    assert r.returncode == 0, r.stderr
+    bundle = bundle_path(r.stdout)
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "failed"
+    assert m["error"].startswith("node 0 (") and f"its agent (pid {node0.pid}" in m["error"]
+    assert len(m["inventory"]) == 2 and m["inventory"][1]["clock"]["offset_start_s"] is not None
+    assert [r["node"] for r in m["ranks"]] == [0, 0, 1, 1]
+    steps = pq.read_table(bundle / "steps.parquet").to_pylist()
+    assert min(sum(r["rank"] == k for r in steps) for k in range(4)) >= 2
+    nodes = set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist())
+    assert nodes == {0, 1}
+    logs = sorted(p.name for p in (bundle / "logs").iterdir())
+    assert logs == ["node0.log", "node1.log", "rank0.log", "rank1.log", "rank2.log",
+                    "rank3.log"]
+    assert not staging.exists()
 
 
 @pytest.mark.timeout(120)

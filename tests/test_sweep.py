@@ -266,3 +266,51 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
         if p["bundle"]:
             verify_bundle(folder / p["bundle"])
     assert "failed" in r.stdout and "covered elsewhere" in r.stdout
+
+
+TWO_NODE_SWEEP = """name: two-jobs
+base: {workload: gpt3-tiny, platform: cpu, nodes: 2, tp: 2, steps: 2, warmup: 1,
+       telemetry_interval_ms: 0}
+axes:
+  - product: {seed: [1, 2], tp: [2, 3]}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_dry_run_with_launcher_slurm_shows_each_valid_points_job(cli, tmp_path):
+    """No cluster needed: the plan names the job each valid point would be submitted as, and
+    --json carries the very script `submit --dry-run` prints for that point's run."""
+    f = tmp_path / "two.yaml"
+    f.write_text(TWO_NODE_SWEEP)
+    out = tmp_path / "out"
+    slurm = ["--launcher", "slurm", "--container-runtime", "none", "--partition", "ci"]
+    r = cli("sweep", str(f), "--dry-run", *slurm, "--out", str(out), timeout=120)
+    assert r.returncode == 0, r.stderr
+    point_dir = out.absolute() / "two-jobs" / "001-seed1-tp2"
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("001-seed1-tp2"))
+    assert f"sbatch charllm-001-seed1-tp2, 2 node(s) -> {point_dir}/" in row
+    skipped = next(ln for ln in r.stdout.splitlines() if ln.startswith("002-seed1-tp3"))
+    assert "skipped" in skipped and "sbatch" not in skipped
+    assert "nothing submitted" in r.stdout
+
+    j = cli("sweep", str(f), "--dry-run", *slurm, "--out", str(out), "--json", timeout=120)
+    assert j.returncode == 0, j.stderr
+    plan = json.loads(j.stdout)
+    assert plan["launcher"] == "slurm" and (plan["valid"], plan["skipped"]) == (2, 2)
+    jobs = {p["id"]: p["submit"] for p in plan["points"]}
+    assert jobs["002-seed1-tp3"] is None and jobs["004-seed2-tp3"] is None
+    job = jobs["001-seed1-tp2"]
+    assert (job["job_name"], job["nodes"], job["out"]) == (
+        "charllm-001-seed1-tp2", 2, str(point_dir))
+    sub = cli("submit", "gpt3-tiny", "--platform", "cpu", "--nodes", "2", "--tp", "2",
+              "--steps", "2", "--warmup", "1", "--telemetry-interval-ms", "0", "--seed", "1",
+              "--container-runtime", "none", "--partition", "ci", "--out", str(point_dir),
+              "--dry-run", timeout=120)
+    assert sub.returncode == 0, sub.stderr
+    assert job["script"] == sub.stdout.replace("--job-name=charllm-gpt3-tiny",
+                                               "--job-name=charllm-001-seed1-tp2")
+    assert not out.exists()  # a dry run writes nothing
+
+    local = cli("sweep", str(f), "--dry-run", "--out", str(out), "--json", timeout=120)
+    assert local.returncode == 0, local.stderr
+    assert {p["submit"] for p in json.loads(local.stdout)["points"]} == {None}

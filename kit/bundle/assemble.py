@@ -129,7 +129,7 @@ def run_end(
     killed after their grace are named). Otherwise the headline is the first rank to end
     among those that failed, by the time the launcher reaped it, as torchrun reports it: a
     rank killed by SIGKILL is blamed, not the peer whose collective then broke (at equal times,
-    as torch's agent reports them in whole seconds, a rank ended by a signal comes first).
+    a rank ended by a signal comes first).
     ``where`` names a rank's node on multi-node runs (e.g. ``node 1 (n2)``).
     """
     exits = outcome.exits

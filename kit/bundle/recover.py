@@ -5,6 +5,12 @@ but its staging folder holds what the run recorded: every step the ranks streame
 telemetry chunk, the ranks' logs, and the results of ranks that ended. This assembles them
 through the same code as a live run (kit.bundle.assemble), with status ``failed`` and the
 reason, once the launcher is known to be dead.
+
+A multi-node run's staging folder, left when node 0's agent (the one that publishes) died,
+holds every node's part: each node's record (``nodes/``), telemetry, steps and logs. Recovery
+merges them as node 0 would have (kit.launch.node_merge), once no agent or rank of the run still
+runs on this host (agents on other hosts cannot be seen from here: their records say whether
+they ended).
 """
 
 from pathlib import Path
@@ -16,9 +22,16 @@ from kit.launch.rankfile import (
     CONFIG_FILE,
     LAUNCHER_FILE,
     SCRATCH,
+    LauncherRecord,
     read_config,
     read_launcher_record,
+    running_ranks,
 )
+from kit.spec.run import RunConfig
+
+RECOVERED_NOTE = ("recovered from the staging folder by `charllm-kit bundle recover`: rank exit "
+                  "codes and times were not seen; steps and telemetry are those written before "
+                  "the launcher died")
 
 
 def recover_bundle(path: Path) -> Path:
@@ -29,7 +42,8 @@ def recover_bundle(path: Path) -> Path:
 
     Raises:
         BundleError: ``path`` is not a staging folder a launcher wrote, or its bundle exists.
-        KitInputError: Its launcher is still running on this host.
+        KitInputError: Its launcher, another node's agent or one of its ranks still runs on
+            this host.
         OSError: A file could not be written (the staging folder is left as it was).
     """
     staging = BundleStaging.reopen(path)
@@ -44,23 +58,69 @@ def recover_bundle(path: Path) -> Path:
         cfg = read_config(staging.path)
     except ValueError as e:
         raise BundleError(f"{path}: {str(e).splitlines()[0]}") from None
-    alive = launcher.alive()
-    if launcher.pid in alive:
-        raise KitInputError(f"{path}: its launcher (pid {launcher.pid}) is still running; it "
-                            "publishes the bundle itself when it ends")
-    if alive:
-        raise KitInputError(f"{path}: ranks of the dead launcher still run (pids "
-                            f"{', '.join(map(str, alive))}); they stop within seconds: retry then")
+    _refuse_while_running(staging.path, launcher, cfg)
+    if cfg.nodes > 1:
+        return _recover_nodes(staging, cfg, launcher)
     end = RunEnd(
         "failed",
         f"launcher was killed (or could not write the bundle): pid {launcher.pid} on "
         f"{launcher.host} ended without publishing it",
-        notes=["recovered from the staging folder by `charllm-kit bundle recover`: rank exit "
-               "codes and times were not seen; steps and telemetry are those written before "
-               "the launcher died"],
+        notes=[RECOVERED_NOTE],
     )
     report = read_sampler_report(staging.chunks_dir)
     why = "no telemetry was recorded before the launcher died" if report is None else (
         "no source read it")
     bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why)
+    return bundle
+
+
+def _refuse_while_running(path: Path, launcher: LauncherRecord, cfg: RunConfig) -> None:
+    """Refuse while the launcher, another node's agent or a rank of the run runs on this host.
+
+    Raises:
+        KitInputError: One of them still runs: recovering now would race it.
+    """
+    alive = launcher.alive()
+    if launcher.pid in alive:
+        raise KitInputError(f"{path}: its launcher (pid {launcher.pid}) is still running; it "
+                            "publishes the bundle itself when it ends")
+    if cfg.nodes > 1:
+        from kit.launch.node_merge import read_node_records
+
+        for rec in read_node_records(path, cfg.nodes):
+            if rec is not None and rec.node != 0 and rec.agent_alive():
+                raise KitInputError(
+                    f"{path}: node {rec.node}'s agent (pid {rec.pid}) is still running; it "
+                    "ends by itself once its ranks stop or node 0's rendezvous is gone "
+                    "(within --rdzv-timeout): retry then")
+    ranks = sorted(set(alive) | set(running_ranks(path)))
+    if ranks:
+        raise KitInputError(f"{path}: ranks of the dead launcher still run (pids "
+                            f"{', '.join(map(str, ranks))}); they stop within seconds: retry then")
+
+
+def _recover_nodes(staging: BundleStaging, cfg: RunConfig, launcher: LauncherRecord) -> Path:
+    """Publish a multi-node staging folder whose node 0 agent died before publishing."""
+    from kit.launch.node_merge import node_exits, node_parts, read_node_records, where
+
+    records = read_node_records(staging.path, cfg.nodes)
+    nodes = node_parts(staging.chunks_dir, records, [None] * cfg.nodes)
+    ended = [k for k, rec in enumerate(records) if rec is not None and rec.ended]
+    silent = [k for k in range(1, cfg.nodes) if k not in ended]  # node 0's death: the headline
+    error = (f"{where(0, nodes)}: its agent (pid {launcher.pid} on {launcher.host}), which "
+             "publishes the bundle, was killed (or could not write the bundle) without "
+             "publishing it")
+    notes = [RECOVERED_NOTE.replace("rank exit codes and times were not seen",
+                                    "exit codes and times are those the nodes' agents "
+                                    f"recorded (nodes {', '.join(map(str, ended))})"
+                                    if ended else "rank exit codes and times were not seen")]
+    if silent:
+        notes.append(f"nodes {', '.join(map(str, silent))} recorded no end: their agents died "
+                     "too, or ran on until after this recovery")
+    notes += [n for k in ended for n in records[k].notes]  # type: ignore[union-attr]
+    end = RunEnd("failed", error, node_exits(records, nodes), notes)
+    report = nodes[0].report
+    why = "no telemetry was recorded before the launcher died" if report is None else (
+        "no source read it")
+    bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why, nodes)
     return bundle

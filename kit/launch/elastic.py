@@ -23,6 +23,7 @@ import psutil
 from torch.distributed.elastic.agent.server.api import WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
@@ -49,6 +50,8 @@ waits the whole barrier, since those agents never enter it; at 30 s it was still
 inside torch's agent when Slurm's SIGKILL came, and no bundle was published."""
 AGENT_SIGNALS = "SIGHUP,SIGQUIT"
 """Signals the elastic agent turns into its own shutdown; SIGINT/SIGTERM are the kit's."""
+WATCH_S = 0.05
+"""How often the watcher looks for ranks that ended (their exit times' resolution)."""
 WORKER_SHELL = 'exec "$0" -m kit.launch.worker "$1" >"$2/rank$RANK.log" 2>&1'
 """Each rank: the kit's worker, its output in its rank's log (RANK comes from the agent)."""
 
@@ -78,18 +81,51 @@ def _signal_workers(sig: signal.Signals) -> list[int]:
     return reached
 
 
+def _has_exited(pid: int) -> bool:
+    """Whether this agent's child ``pid`` has ended, without reaping it (torch's agent does)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # already reaped by the agent
+        return True
+
+
 class _Watcher(threading.Thread):
-    """Forwards the kit's counted signals to the ranks and calls ``on_poll`` while they run."""
+    """Forwards the kit's counted signals to the ranks, notes when each rank's process ends
+    and calls ``on_poll`` while they run.
+
+    torch's agent stamps a failure with the whole second it noticed it, the same second for
+    the rank that died and for the peers it then terminated: too coarse to tell which rank
+    ended first, on this node or against another node's ranks. ``ended`` holds, per global
+    rank, when this watcher first saw its process gone (every :data:`WATCH_S`).
+    """
 
     def __init__(self, interrupts: SignalCounter, outcome: LaunchOutcome,
-                 on_poll: Callable[[], None] | None) -> None:
+                 on_poll: Callable[[], None] | None, ranks: int) -> None:
         super().__init__(daemon=True, name="rank-watcher")
         self.done = threading.Event()
+        self.ended: dict[int, float] = {}
+        self._pids: dict[int, int] = {}
+        self._ranks = ranks
         self._interrupts, self._outcome, self._on_poll = interrupts, outcome, on_poll
 
+    def _note_exits(self) -> None:
+        for proc in _workers() if len(self._pids) < self._ranks else ():  # not all started yet
+            try:
+                self._pids.setdefault(int(proc.environ().get("RANK", "-1")), proc.pid)
+            except psutil.Error:
+                continue
+        now = time.time()
+        for rank, pid in self._pids.items():
+            if rank not in self.ended and _has_exited(pid):
+                self.ended[rank] = now
+
     def run(self) -> None:
-        seen, deadline = 0, None
-        while not self.done.wait(0.2):
+        seen, deadline, polled = 0, None, 0.0
+        while not self.done.wait(WATCH_S):
+            self._note_exits()
+            if time.monotonic() - polled < 0.2:
+                continue
+            polled = time.monotonic()
             if self._interrupts.count > seen:
                 if seen == 0:
                     self._outcome.interrupted = True
@@ -103,6 +139,26 @@ class _Watcher(threading.Thread):
                 deadline = None
             if self._on_poll is not None:
                 self._on_poll()
+        self._note_exits()  # ranks the agent reaped since the last look
+
+
+def _failure_exits(failures: dict[int, ProcessFailure],
+                   ended: dict[int, float]) -> dict[int, RankExit]:
+    """How the failed ranks ended, timed by the watcher, in the order torch's agent saw them.
+
+    torch lists first the ranks it found ended, then those it terminated because of them
+    (SIGTERM, then SIGKILL): where the watcher saw several end within one look, that order
+    decides, so a peer torch terminated is never taken for the first rank to end.
+    """
+    exits: dict[int, RankExit] = {}
+    last = 0.0
+    for r, failure in failures.items():
+        t = max(ended.get(r, float(failure.timestamp)), last + 1e-6 if exits else 0.0)
+        last = t
+        code = failure.exitcode
+        exits[r] = (RankExit(None, failure.signal_name(), t) if code < 0
+                    else RankExit(code, None, t))
+    return exits
 
 
 def _worker_spec(cfg: RunConfig, staging: Path, logs_dir: Path, role: NodeRole) -> WorkerSpec:
@@ -128,9 +184,9 @@ def launch_elastic(
 ) -> LaunchOutcome:
     """Run this node's ranks of ``cfg`` under torch's elastic agent and wait for them.
 
-    ``interrupts`` must be active around the call. Exit times are those the agent saw
-    (whole seconds, torch's ``ProcessFailure.timestamp``) for failed ranks, and the end of the
-    run for ranks that succeeded.
+    ``interrupts`` must be active around the call. Exit times of failed ranks are when the
+    watcher saw them end (:func:`_failure_exits`), else the whole second torch's agent stamped;
+    of ranks that succeeded, the end of the run.
 
     Raises:
         Exception: Whatever the agent raised (a rendezvous that failed); the caller records it.
@@ -153,7 +209,7 @@ def launch_elastic(
         start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S,
         shutdown_timeout=int(FAILURE_GRACE_S),
     )
-    watcher = _Watcher(interrupts, outcome, on_poll)
+    watcher = _Watcher(interrupts, outcome, on_poll, per_node)
     watcher.start()
     outcome.started = True
     try:
@@ -166,10 +222,7 @@ def launch_elastic(
         t = time.time()
         outcome.exits = {r: RankExit(0, None, t) for r in ranks}
     else:
-        for r, failure in result.failures.items():
-            code = failure.exitcode
-            outcome.exits[r] = (RankExit(None, failure.signal_name(), float(failure.timestamp))
-                                if code < 0 else RankExit(code, None, float(failure.timestamp)))
+        outcome.exits = _failure_exits(result.failures, watcher.ended)
     if on_poll is not None:
         on_poll()
     return outcome

@@ -19,14 +19,16 @@ import socket
 from dataclasses import asdict
 from pathlib import Path
 
+import psutil
+
 from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
-from kit.bundle.schema import ClockSync, NodeInventory
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import KitInputError, RunNotPublished
 from kit.launch.clock import ClockOffset, measure_clock, serve_clock
 from kit.launch.elastic import launch_elastic
 from kit.launch.inventory import node_inventory
-from kit.launch.local import LaunchOutcome, RankExit
+from kit.launch.local import LaunchOutcome
+from kit.launch.node_merge import node_chunks, node_exits, node_parts, where
 from kit.launch.rankfile import (
     NODES_DIR,
     NodeRecord,
@@ -54,10 +56,6 @@ CLOCK_END_TIMEOUT_S = 10.0
 """How long node 0 waits for a node that reported its end to measure its clock again."""
 
 log = logging.getLogger("kit.node")
-
-
-def _node_chunks(staging: BundleStaging, node: int) -> Path:
-    return staging.chunks_dir / f"node{node}"
 
 
 def _agent_log(staging: BundleStaging, node: int) -> None:
@@ -158,6 +156,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str],
             per_node = cfg.ranks_per_node
             record = NodeRecord(
                 node=role.node, host=socket.gethostname(), pid=os.getpid(),
+                create_time=psutil.Process().create_time(),
                 ranks=list(range(role.node * per_node, (role.node + 1) * per_node)),
                 inventory=node_inventory().model_dump(mode="json"),
             )
@@ -167,7 +166,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str],
                 log.info("clock offset to node 0: %+.6f s (+/- %.6f s)", clock.offset_s,
                          clock.uncertainty_s)
             write_node_record(staging.path, record)
-            chunks = _node_chunks(staging, role.node)
+            chunks = node_chunks(staging.chunks_dir, role.node)
             chunks.mkdir(parents=True, exist_ok=True)
             outcome, report, notes, launch_error = sample_and_launch(
                 cfg, chunks, role.node,
@@ -215,46 +214,26 @@ def _clock_end(link: NodeLink, node: int) -> ClockOffset | None:
         return None
 
 
-def _clock_sync(start: dict[str, float] | None, end: ClockOffset | None) -> ClockSync:
-    s = ClockOffset(**start) if start else None
-    measured = [c.offset_s for c in (s, end) if c is not None]
-    return ClockSync(
-        offset_start_s=s.offset_s if s else None,
-        uncertainty_start_s=s.uncertainty_s if s else None,
-        offset_end_s=end.offset_s if end else None,
-        uncertainty_end_s=end.uncertainty_s if end else None,
-        applied_s=sum(measured) / len(measured) if measured else 0.0,
-    )
-
-
 def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str],
                        link: NodeLink, report: SamplerReport | None) -> SessionResult:
     """Node 0: wait for every live agent's end, merge the nodes' records, publish, tell all."""
     role = link.role
     records: list[NodeRecord | None] = [read_node_record(staging.path, 0)]
-    ends: list[ClockOffset | None] = [None]
+    ends: list[dict[str, float] | None] = [None]
     for k in range(1, role.nodes):
         reported = link.wait_for(k, f"end/{k}", role.timeout_s)
-        ends.append(_clock_end(link, k) if reported else None)
+        end_clock = _clock_end(link, k) if reported else None
+        ends.append(asdict(end_clock) if end_clock else None)
         records.append(read_node_record(staging.path, k))
-    nodes, outcome, dead, notes = [], LaunchOutcome(), [], []
-    interrupted_by = None
-    for k, (rec, end_clock) in enumerate(zip(records, ends, strict=True)):
-        sync = (_clock_sync(None, None) if k == 0
-                else _clock_sync(rec.clock_start if rec else None, end_clock))
-        chunks = _node_chunks(staging, k)
-        node_report = report if k == 0 else read_sampler_report(chunks)
-        inventory = NodeInventory.model_validate(
-            {**(rec.inventory if rec else node_inventory().model_dump(mode="json")),
-             "clock": sync.model_dump() if k else ClockSync(
-                 offset_start_s=0.0, uncertainty_start_s=0.0, offset_end_s=0.0,
-                 uncertainty_end_s=0.0, applied_s=0.0).model_dump()})
-        nodes.append(NodeData(inventory, chunks, node_report, sync.applied_s))
+    reports = [report, *(read_sampler_report(node_chunks(staging.chunks_dir, k))
+                         for k in range(1, role.nodes))]
+    nodes = node_parts(staging.chunks_dir, records, ends, reports)
+    outcome = LaunchOutcome(exits=node_exits(records, nodes))
+    dead, notes, interrupted_by = [], [], None
+    for k, rec in enumerate(records):
         if rec is None or not rec.ended:
             dead.append((k, rec))
             continue
-        for r, (code, sig, t) in rec.exits.items():
-            outcome.exits[r] = RankExit(code, sig, t + sync.applied_s)
         outcome.interrupted |= rec.interrupted_by is not None
         interrupted_by = interrupted_by or (
             f"node {k}: {rec.interrupted_by}" if rec.interrupted_by else None)
@@ -264,7 +243,7 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
             notes.append(f"node {k}: {rec.error}")
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
     end = run_end(outcome, results, staging.logs_dir, interrupted_by,
-                  where=lambda r: _where(r // cfg.ranks_per_node, nodes))
+                  where=lambda r: where(r // cfg.ranks_per_node, nodes))
     if dead and end.status != "interrupted":
         end = RunEnd("failed", _dead_agent(dead[0], results, nodes), end.exits)
     elif end.status == "ok" and any(rec and rec.error for rec in records):
@@ -294,19 +273,13 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
                          cfg=cfg)
 
 
-def _where(node: int, nodes: list[NodeData]) -> str:
-    inv = nodes[node].inventory if node < len(nodes) else None
-    name = (inv.slurm_node or inv.host) if inv else "?"
-    return f"node {node} ({name})"
-
-
 def _dead_agent(dead: tuple[int, NodeRecord | None], results: list, nodes: list[NodeData]) -> str:
     """The headline for an agent that ended without its end record."""
     k, rec = dead
     if rec is None:
-        return (f"{_where(k, nodes)}: its agent never wrote its record (it died while starting)")
+        return (f"{where(k, nodes)}: its agent never wrote its record (it died while starting)")
     ranks = ", ".join(map(str, rec.ranks))
     said = next((res.error for r in rec.ranks if (res := results[r]) and res.error), None)
     tail = f"; its ranks {ranks} stopped: {said}" if said else f"; its ranks {ranks} ended too"
-    return (f"{_where(k, nodes)}: its agent (pid {rec.pid} on {rec.host}) was killed without "
+    return (f"{where(k, nodes)}: its agent (pid {rec.pid} on {rec.host}) was killed without "
             f"reporting (SIGKILL: by a user, the OOM killer or the job's end){tail}")

@@ -224,6 +224,8 @@ class NodeRecord:
         notes: Notes for ``metrics.json`` (telemetry problems).
         clock_start: This node's :class:`~kit.launch.clock.ClockOffset` before training, as a
             dict; None on node 0.
+        create_time: The agent's process start time (psutil): with ``pid`` it tells the agent
+            from a later process that got the same pid (``bundle recover``).
     """
 
     node: int
@@ -238,6 +240,41 @@ class NodeRecord:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     clock_start: dict[str, float] | None = None
+    create_time: float | None = None
+
+    def agent_alive(self) -> bool:
+        """Whether the agent still runs (False when it ran on another host: cannot tell)."""
+        return self.host == socket.gethostname() and _same_process(self.pid, self.create_time)
+
+
+def _same_process(pid: int, create_time: float | None) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``create_time``."""
+    try:
+        proc = psutil.Process(pid)
+        return create_time is None or abs(proc.create_time() - create_time) < 1.0
+    except psutil.Error:
+        return False
+
+
+def running_ranks(staging: Path) -> list[int]:
+    """Pids of rank processes on this host that run on the staging folder ``staging``.
+
+    Found by their command line (``python -m kit.launch.worker STAGING``), resolved against
+    their working folder: a rank whose launcher died is no longer anyone's child.
+    """
+    target = staging.resolve()
+    out = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if "kit.launch.worker" not in argv or argv[-1] == "kit.launch.worker":
+            continue
+        try:
+            where = Path(proc.cwd()) / argv[argv.index("kit.launch.worker") + 1]
+        except (psutil.Error, IndexError):
+            continue
+        if where.resolve() == target:
+            out.append(proc.info["pid"])
+    return out
 
 
 def write_node_record(staging: Path, record: NodeRecord) -> None:

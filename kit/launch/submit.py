@@ -40,6 +40,14 @@ def submit_job(script: str) -> str:
     return r.stdout.strip().split(";")[0]  # "<id>[;<cluster>]"
 
 
+def keep_script(out: Path, job_id: str, script: str) -> Path:
+    """Keep the submitted script beside the job's output (``OUT/slurm-<job id>.sbatch``): the
+    bundle keeps Slurm's own copy, but only once the job has run."""
+    path = job_output(out, job_id).with_suffix(".sbatch")
+    path.write_text(script)
+    return path
+
+
 def job_state(job_id: str) -> str | None:
     """``STATE ELAPSED`` of a job Slurm still lists as pending, running or completing; else None.
 

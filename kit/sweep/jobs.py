@@ -17,6 +17,8 @@ from kit.launch.sbatch import JobOptions, job_output, sbatch_script
 from kit.launch.submit import follow_job, job_state, submit_job
 from kit.sweep.index import INDEX_FILE, PointRecord, SweepIndex, summary_subset
 from kit.sweep.plan import PlannedPoint
+from kit.sweep.spec import SweepSpec
+from kit.sweep.tables import PlannedJob
 
 
 def running_jobs(folder: Path) -> dict[str, str]:
@@ -29,16 +31,51 @@ def running_jobs(folder: Path) -> dict[str, str]:
             if p.job is not None and p.bundle is None and job_state(p.job) is not None}
 
 
+def slurm_sweep(spec: SweepSpec) -> SweepSpec:
+    """``spec`` with every point run by ``--launcher slurm``, as its jobs run it."""
+    return spec.model_copy(update={"base": {**spec.base, "launcher": "slurm"}})
+
+
+def job_name(point: PlannedPoint) -> str:
+    """The Slurm job name of a point's job (``squeue`` shows it)."""
+    return f"charllm-{point.id}"
+
+
+def point_script(point: PlannedPoint, point_dir: Path, job: JobOptions) -> str:
+    """The sbatch script of ``point``'s job, writing into ``point_dir``.
+
+    Raises:
+        KitInputError: A container runtime without an image.
+    """
+    assert point.request is not None and point.cfg is not None
+    return sbatch_script(point.cfg, point.request, point_dir,
+                         replace(job, job_name=job_name(point)))
+
+
+def planned_jobs(plan: list[PlannedPoint], folder: Path,
+                 job: JobOptions) -> dict[str, PlannedJob]:
+    """Point id -> the job ``sweep --launcher slurm`` would submit for each valid point of
+    ``plan`` into ``folder`` (the sweep folder), as :func:`submit_point` builds it.
+
+    Raises:
+        KitInputError: A container runtime without an image (the real sweep stops on it too).
+    """
+    out = {}
+    for p in plan:
+        if p.valid and p.cfg is not None:
+            point_dir = (folder / p.id).absolute()
+            out[p.id] = PlannedJob(job_name(p), p.cfg.nodes, point_dir,
+                                   point_script(p, point_dir, job))
+    return out
+
+
 def submit_point(point: PlannedPoint, point_dir: Path, job: JobOptions) -> str:
     """Submit ``point`` as one job writing into ``point_dir``; return its job id.
 
     Raises:
         KitInputError: sbatch refused the job (it would refuse every point: the sweep stops).
     """
-    assert point.request is not None and point.cfg is not None
-    script = sbatch_script(point.cfg, point.request, point_dir,
-                           replace(job, job_name=f"charllm-{point.id}"))
-    return submit_job(script)
+    return submit_job(point_script(point, point_dir, job))
 
 
 def follow_point(rec: PointRecord, folder: Path, progress: Callable[[str], None]) -> None:

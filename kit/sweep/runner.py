@@ -19,7 +19,7 @@ from kit.errors import BundleError, KitInputError
 from kit.launch.sbatch import JobOptions
 from kit.launch.session import run_session
 from kit.sweep.index import INDEX_FILE, PointRecord, SweepIndex, summary_subset, write_index
-from kit.sweep.jobs import follow_point, running_jobs, submit_point
+from kit.sweep.jobs import follow_point, running_jobs, slurm_sweep, submit_point
 from kit.sweep.plan import PlannedPoint, plan_sweep
 from kit.sweep.spec import SweepSpec
 
@@ -139,7 +139,7 @@ def run_sweep(
             host, a point folder was run with other settings, or sbatch refused a job.
     """
     if job is not None:
-        spec = spec.model_copy(update={"base": {**spec.base, "launcher": "slurm"}})
+        spec = slurm_sweep(spec)
     folder = out / spec.name
     if (folder / INDEX_FILE).exists() and not resume:
         raise KitInputError(f"sweep folder {folder} exists; pass --resume to continue it, "

@@ -1,5 +1,9 @@
 """What ``charllm-kit sweep`` prints: the dry-run plan and the summary table."""
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 from tabulate import tabulate
 
 from kit.cli_tables import fmt
@@ -10,17 +14,68 @@ from kit.sweep.plan import PlannedPoint
 _REASON_WIDTH = 90
 
 
-def plan_table(plan: list[PlannedPoint]) -> str:
-    """One row per point: valid or skipped, estimated memory per device, and the reason."""
+@dataclass(frozen=True)
+class PlannedJob:
+    """How ``sweep --launcher slurm`` would submit a valid point: one sbatch job.
+
+    Attributes:
+        name: The job name (``--job-name``).
+        nodes: Nodes the job asks for.
+        point_dir: The point's folder, which receives its bundle and the job's output.
+        script: The sbatch script, as submitted.
+    """
+
+    name: str
+    nodes: int
+    point_dir: Path
+    script: str
+
+
+def _submit_cell(job: PlannedJob | None) -> str:
+    if job is None:
+        return ""
+    return f"sbatch {job.name}, {job.nodes} node(s) -> {job.point_dir}/"
+
+
+def plan_table(plan: list[PlannedPoint], jobs: dict[str, PlannedJob] | None = None) -> str:
+    """One row per point: valid or skipped, estimated memory per device, and the reason; with
+    ``jobs`` (``--launcher slurm``), the Slurm job each valid point would be submitted as."""
     rows = []
     for p in plan:
         mem = (f"{p.memory.required_bytes / GIB:.1f} / {p.memory.capacity_bytes / GIB:.0f}"
                if p.memory is not None and p.memory.capacity_bytes else "")
-        rows.append([p.id, "valid" if p.valid else "skipped", mem, p.skip_reason or ""])
+        row = [p.id, "valid" if p.valid else "skipped", mem, p.skip_reason or ""]
+        rows.append(row if jobs is None else [*row[:3], _submit_cell(jobs.get(p.id)), row[3]])
+    headers = ["point", "verdict", "memory GiB (need / have)", "reason"]
+    widths: list[int | None] = [None, None, None, _REASON_WIDTH]
+    if jobs is not None:
+        headers.insert(3, "submit (Slurm job -> folder)")
+        widths.insert(3, None)
     valid = sum(p.valid for p in plan)
-    table = tabulate(rows, headers=["point", "verdict", "memory GiB (need / have)", "reason"],
-                     tablefmt="simple", maxcolwidths=[None, None, None, _REASON_WIDTH])
+    table = tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=widths)
     return f"{table}\n{len(plan)} points: {valid} valid, {len(plan) - valid} skipped"
+
+
+def plan_json(name: str, plan: list[PlannedPoint],
+              jobs: dict[str, PlannedJob] | None) -> dict[str, Any]:
+    """The dry-run plan as data: every point's verdict, memory estimate and, with ``jobs``,
+    the job it would be submitted as (name, nodes, folder, the sbatch script itself)."""
+    points = []
+    for p in plan:
+        job = (jobs or {}).get(p.id)
+        points.append({
+            "id": p.id, "values": p.values, "verdict": "valid" if p.valid else "skipped",
+            "reason": p.skip_reason,
+            "memory": None if p.memory is None else {
+                "required_bytes": p.memory.required_bytes,
+                "capacity_bytes": p.memory.capacity_bytes},
+            "submit": None if job is None else {
+                "job_name": job.name, "nodes": job.nodes, "out": str(job.point_dir),
+                "script": job.script},
+        })
+    valid = sum(p.valid for p in plan)
+    return {"sweep": name, "launcher": "local" if jobs is None else "slurm", "points": points,
+            "valid": valid, "skipped": len(plan) - valid}
 
 
 def summary_table(index: SweepIndex) -> str:
