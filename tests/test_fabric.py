@@ -82,3 +82,13 @@ def test_bad_fabric_input_is_one_line_and_exit_2(args, needle):
     r = kit_cli("fabric", *args)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and needle in r.stderr
+
+
+def test_export_mllog_of_a_fabric_bundle_is_one_line_and_exit_2(fabric, tmp_path):
+    """MLLOG describes training runs; a fabric bundle has no model, steps or loss to log."""
+    out = tmp_path / "run.log"
+    r = kit_cli("bundle", "export-mllog", str(fabric), "-o", str(out))
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.strip().splitlines() == [
+        f"error: {fabric.name} is a fabric benchmark (collectives, no model); MLLOG describes "
+        "training runs"]

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.bundle.reader import Bundle
+from kit.errors import KitInputError
 from kit.interop import mllog_constants as c
 from kit.interop.system_desc import DIVISION, system_name
 
@@ -174,6 +175,9 @@ def mllog_events(bundle: Bundle, org: str) -> list[MLLogEvent]:
         bundle: A bundle from :func:`kit.bundle.verified.read_verified_bundle`.
         org: Value of ``submission_org``.
     """
+    if bundle.manifest.workload.get("family") == "fabric":
+        raise KitInputError(f"{bundle.path.name} is a fabric benchmark (collectives, no model); "
+                            "MLLOG describes training runs")
     steps = _measured_steps(bundle.steps)
     t_init = _ms(_first_time(bundle))
     t_run = _ms(steps[0].t_start) if steps else t_init
