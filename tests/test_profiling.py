@@ -88,6 +88,22 @@ def test_chakra_ets_carry_gloos_all_reduce_as_a_comm_coll_node(tp2):
 
 
 @pytest.mark.timeout(300)
+def test_a_redacted_pack_leaves_the_binary_ets_out_and_keeps_their_redacted_sources(
+        tp2, tmp_path):
+    archive = tmp_path / "r.tar.gz"
+    r = kit_cli("bundle", "pack", str(tp2), "--redact", "-o", str(archive))
+    assert r.returncode == 0, r.stderr
+    r = kit_cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
+    assert r.returncode == 0, r.stderr
+    redacted = Path(r.stdout.strip())
+    assert sorted(p.name for p in (redacted / "profile" / "chakra").iterdir()) == [
+        "rank0.host_et.json", "rank1.host_et.json"]
+    removed = json.loads((redacted / "manifest.json").read_text())["redaction"]["removed"]
+    assert removed[-1].startswith("2 Chakra protobuf ET(s) (profile/chakra/*.et, binary) left out")
+    assert (tp2 / "profile" / "chakra" / "rank0.et").exists()  # the original is untouched
+
+
+@pytest.mark.timeout(300)
 def test_pp2_bubble_is_measured_beside_the_analytical_one(pp2):
     m = 4  # gpt3-tiny: global batch 8 / micro-batch 2, dp 1
     for rank in (0, 1):

@@ -11,7 +11,10 @@ the text files (``logs/``, ``profile/``):
   (``127.0.0.1``, ``::1``, ``0.0.0.0``), which name no machine.
 
 Parquet files hold only numbers and fixed words (``phase``, ``source``) and are copied as they
-are. A file that is neither JSON, parquet nor UTF-8 text cannot be checked, so it is refused.
+are. Chakra's protobuf execution traces (``profile/chakra/*.et``) are binary and are left out:
+they are converted from the host ET and Kineto trace beside them, which are JSON text and are
+redacted, so Chakra can convert the redacted copy again. Any other file that is neither JSON,
+parquet nor UTF-8 text cannot be checked, so it is refused.
 The redacted manifest records a :class:`~kit.bundle.schema.Redaction`, and ``SHA256SUMS`` is
 rewritten, so the copy verifies. Over-redaction is possible (a host called ``gpu`` also hides
 the word "gpu" in logs); under-redaction of the listed kinds is a bug.
@@ -114,11 +117,16 @@ def _users_in(texts: list[str]) -> set[str]:
     return found - _NOT_USERS
 
 
+def _is_chakra_et(rel: str) -> bool:
+    """A Chakra protobuf ET (binary; left out of a redacted copy)."""
+    return rel.startswith("profile/chakra/") and rel.endswith(".et")
+
+
 def _read_texts(root: Path, files: list[str]) -> dict[str, str]:
-    """Every file but parquet, as text; refuse one that is not UTF-8."""
+    """Every file but parquet and Chakra ETs, as text; refuse one that is not UTF-8."""
     texts = {}
     for rel in files:
-        if rel.endswith(".parquet"):
+        if rel.endswith(".parquet") or _is_chakra_et(rel):
             continue
         try:
             texts[rel] = (root / rel).read_text(encoding="utf-8")
@@ -141,7 +149,8 @@ def redact_bundle(path: str | Path, dest_parent: Path) -> Path:
         The redacted bundle directory.
 
     Raises:
-        BundleError: The bundle does not read, holds a binary file other than parquet, or
+        BundleError: The bundle does not read, holds a binary file other than parquet or a
+            Chakra ET, or
             redaction broke its schema (a host name equal to a field's fixed value).
     """
     bundle = read_bundle(path)
@@ -151,7 +160,10 @@ def redact_bundle(path: str | Path, dest_parent: Path) -> Path:
     redactor = Redactor(hosts, _users_in(list(texts.values())))
     dest = dest_parent / root.name
     dest.mkdir()
+    left_out = [rel for rel in files if _is_chakra_et(rel)]
     for rel in files:
+        if rel in left_out:
+            continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if rel.endswith(".parquet"):
             shutil.copyfile(root / rel, dest / rel)
@@ -159,9 +171,13 @@ def redact_bundle(path: str | Path, dest_parent: Path) -> Path:
             (dest / rel).write_text(redactor.text(texts[rel]), encoding="utf-8")
     metrics = redactor.json(json.loads(texts["metrics.json"]))
     manifest = redactor.json(json.loads(texts["manifest.json"]))
+    removed = ["host names -> node<N>", "user names -> <user>", "IP addresses -> <ip>"]
+    if left_out:
+        removed.append(f"{len(left_out)} Chakra protobuf ET(s) (profile/chakra/*.et, binary) "
+                       "left out; convert the redacted host ET and Kineto trace again")
     manifest["redaction"] = Redaction(
         redacted_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        removed=["host names -> node<N>", "user names -> <user>", "IP addresses -> <ip>"],
+        removed=removed,
         replacements=redactor.replacements,
     ).model_dump(mode="json")
     try:
