@@ -120,12 +120,19 @@ def test_a_killed_launcher_takes_its_ranks_along_and_its_staging_is_recovered(tm
     assert gone(ranks), "ranks outlived their launcher by 30 s"
     time.sleep(1)  # the sampler sees its parent gone and writes its last chunk
 
-    r = kit_cli("bundle", "recover", str(staging), timeout=120)
+    # recovered from "another host" (a UTS namespace of its own): the bundle says whose
+    # inventory it then holds
+    r = subprocess.run(["unshare", "-ru", "sh", "-c", f"hostname elsewhere && exec "
+                        f"{sys.executable} -m kit bundle recover {staging}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     m = manifest(bundle)
     assert m["status"] == "failed" and m["error"].startswith("launcher was killed")
+    notes = json.loads((bundle / "metrics.json").read_text())["notes"]
+    assert any(n.startswith("recovered on elsewhere, not on ") for n in notes), notes
+    assert m["inventory"][0]["host"] == "elsewhere"
     assert m["command"][-4:] == ["--warmup", "1", "--out", str(tmp_path)]
     assert [r["tp_rank"] for r in m["ranks"]] == [0, 1]
     losses = losses_by_rank(bundle)

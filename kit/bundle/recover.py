@@ -13,6 +13,7 @@ runs on this host (agents on other hosts cannot be seen from here: their records
 they ended).
 """
 
+import socket
 from pathlib import Path
 
 from kit.bundle.assemble import RunEnd, assemble_bundle, read_sampler_report
@@ -65,13 +66,23 @@ def recover_bundle(path: Path) -> Path:
         "failed",
         f"launcher was killed (or could not write the bundle): pid {launcher.pid} on "
         f"{launcher.host} ended without publishing it",
-        notes=[RECOVERED_NOTE],
+        notes=[RECOVERED_NOTE, *_elsewhere_note(launcher)],
     )
     report = read_sampler_report(staging.chunks_dir)
     why = "no telemetry was recorded before the launcher died" if report is None else (
         "no source read it")
     bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why)
     return bundle
+
+
+def _elsewhere_note(launcher: LauncherRecord) -> list[str]:
+    """A note when the host recovering is not the launcher's: the inventory and container
+    recorded are then this host's, not the run's."""
+    here = socket.gethostname()
+    if launcher.host == here:
+        return []
+    return [f"recovered on {here}, not on {launcher.host} where the run ran: the inventory's host "
+            f"facts and the container record are {here}'s"]
 
 
 def _refuse_while_running(path: Path, launcher: LauncherRecord, cfg: RunConfig) -> None:
