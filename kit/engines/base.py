@@ -59,14 +59,18 @@ class Engine(ABC):
         """Run one optimizer step (all its micro-batches); return when this rank is done."""
 
     def synchronize(self) -> None:
-        """Wait for this rank's device work to finish (a no-op on CPU)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        """Wait for this rank's device work to finish (a no-op on CPU).
+
+        Through the device's own torch module (``torch.cuda`` on NVIDIA and ROCm, ``torch.xpu``,
+        ``torch.hpu`` ...), so an engine on another accelerator needs no change here.
+        """
+        if self.device.type != "cpu":
+            torch.get_device_module(self.device).synchronize(self.device)
 
     def peak_memory_bytes(self) -> int | None:
         """Peak device memory allocated by this rank so far (CPU: the process's peak RSS)."""
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
+        if self.device.type != "cpu":
+            return int(torch.get_device_module(self.device).max_memory_allocated(self.device))
         import resource
 
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
