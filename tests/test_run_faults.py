@@ -75,6 +75,26 @@ def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_a_sigterm_repeated_within_2_s_still_lets_the_ranks_stop_at_a_step_boundary(tmp_path):
+    """Slurm's scancel signals the task and srun forwards the same SIGTERM again: one request,
+    so the ranks end by themselves at a step boundary instead of being killed. Steps of 8
+    micro-batches keep them busy well past the second signal."""
+    proc = start_long_run(tmp_path, "--tp", "2", "--global-batch", "64")
+    wait_for_steps(tmp_path, 2)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    bundle = bundle_path(out)
+    verify_bundle(bundle)
+    m = manifest(bundle)
+    assert m["status"] == "interrupted"
+    assert m["error"].startswith("stopped by signal SIGTERM (2 signals in all)")
+    assert [(r["status"], r["signal"]) for r in m["ranks"]] == [("interrupted", None)] * 2
+
+
+@pytest.mark.timeout(240)
 def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
     """SIGKILL of the sampler (what a segfault in a vendor library looks like): the run goes
     on to the end, the bundle says telemetry stopped early, and keeps the rows written."""

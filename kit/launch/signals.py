@@ -4,27 +4,36 @@ A job's end (``timeout``, Slurm's ``scancel`` and time limit, systemd, ``docker 
 SIGTERM to every process of the job, often twice or mixed with a Ctrl-C. The launcher must
 still publish a bundle, so from staging to publication both signals only count: the first
 stops the ranks at a step boundary, a later one cuts the wait short, and assembly goes on.
+
+A SIGTERM that repeats a SIGTERM within :data:`DUPLICATE_S` is the same request delivered twice
+(under Slurm, ``scancel`` signals the task directly and ``srun`` forwards it again), so it does
+not cut the ranks' step-boundary stop short; a Ctrl-C, or a SIGTERM later than that, does.
 """
 
 import signal
 import time
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
+DUPLICATE_S = 2.0
+"""A SIGTERM this soon after the previous SIGTERM counts as the same stop request."""
 
 
 class SignalCounter:
     """Within ``with``: SIGINT/SIGTERM increment :attr:`count` instead of ending the process.
 
     Attributes:
-        count: Signals received so far.
+        count: Stop requests so far (signals, less repeated SIGTERMs within DUPLICATE_S).
+        received: Signals received so far.
         first: Name of the first signal (e.g. ``"SIGTERM"``), or None.
         first_t: Unix time of the first signal, or None.
     """
 
     def __init__(self) -> None:
         self.count = 0
+        self.received = 0
         self.first: str | None = None
         self.first_t: float | None = None
+        self._last_term: float | None = None
         self._old = {s: signal.getsignal(s) for s in HANDLED}
 
     def __enter__(self) -> "SignalCounter":
@@ -37,11 +46,18 @@ class SignalCounter:
             signal.signal(s, h)
 
     def _handle(self, signum: int, frame: object) -> None:
-        self.count += 1
+        now = time.monotonic()
+        self.received += 1
+        duplicate = (signum == signal.SIGTERM and self._last_term is not None
+                     and now - self._last_term < DUPLICATE_S)
+        if signum == signal.SIGTERM:
+            self._last_term = now
+        if not duplicate:
+            self.count += 1
         if self.first is None:
             self.first, self.first_t = signal.Signals(signum).name, time.time()
 
     def describe(self) -> str:
         """One line for the manifest: what stopped the run."""
-        more = f" ({self.count} signals in all)" if self.count > 1 else ""
+        more = f" ({self.received} signals in all)" if self.received > 1 else ""
         return f"stopped by signal {self.first}{more} before all steps ran"
