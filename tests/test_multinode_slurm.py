@@ -59,22 +59,26 @@ def test_launcher_slurm_inside_salloc_runs_one_agent_per_node(slurm, tmp_path):
     assert set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist()) == {0, 1}
 
 
-@pytest.mark.timeout(300)
-def test_scancel_gives_interrupted_naming_it(slurm, tmp_path):
-    cmd = " ".join([*RUN, "--steps", "400", "--out", str(tmp_path)])
+def training_job(out: Path) -> str:
+    """An sbatch job of a long 2-node run, once node 1's ranks have trained 2 steps."""
+    cmd = " ".join([*RUN, "--steps", "400", "--out", str(out)])
     job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1",
-                          f"--output={tmp_path}/job-%j.out", f"--wrap={cmd}"],
+                          f"--output={out}/job-%j.out", f"--wrap={cmd}"],
                          capture_output=True, text=True, cwd=REPO, check=True).stdout.strip()
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline:
-        log = next(tmp_path.glob(".*.partial/ranks/rank2.steps.jsonl"), None)
+        log = next(out.glob(".*.partial/ranks/rank2.steps.jsonl"), None)
         if log is not None and log.read_text().count("\n") >= 2:
-            break
+            return job
         time.sleep(0.3)
-    else:
-        subprocess.run(["scancel", job])
-        pytest.fail("the job's ranks did not train: " + "".join(
-            p.read_text() for p in tmp_path.glob("job-*.out")))
+    subprocess.run(["scancel", job])
+    pytest.fail("the job's ranks did not train: " + "".join(
+        p.read_text() for p in out.glob("job-*.out")))
+
+
+@pytest.mark.timeout(300)
+def test_scancel_gives_interrupted_naming_it(slurm, tmp_path):
+    job = training_job(tmp_path)
     subprocess.run(["scancel", job], check=True)
     while subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True,
                          text=True).stdout.strip():
@@ -111,19 +115,7 @@ def wait_job_gone(job: str, timeout_s: float = 120) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_sigkilled_node_agent_under_slurm_fails_the_run_naming_the_node(slurm, tmp_path):
-    cmd = " ".join([*RUN, "--steps", "400", "--out", str(tmp_path)])
-    job = subprocess.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1",
-                          f"--output={tmp_path}/job-%j.out", f"--wrap={cmd}"],
-                         capture_output=True, text=True, cwd=REPO, check=True).stdout.strip()
-    deadline = time.monotonic() + 200
-    while time.monotonic() < deadline:
-        log = next(tmp_path.glob(".*.partial/ranks/rank2.steps.jsonl"), None)
-        if log is not None and log.read_text().count("\n") >= 2:
-            break
-        time.sleep(0.3)
-    else:
-        subprocess.run(["scancel", job])
-        pytest.fail("the job's ranks did not train")
+    job = training_job(tmp_path)
     agent = job_agent(job, 1)
     assert agent is not None, "node 1's agent not found"
     os.kill(agent, signal.SIGKILL)
@@ -137,6 +129,26 @@ def test_a_sigkilled_node_agent_under_slurm_fails_the_run_naming_the_node(slurm,
     assert f"pid {agent} " in m["error"] and "SIGKILL" in m["error"], m["error"]
     assert set(pq.read_table(bundles[0] / "telemetry.parquet").column("node").to_pylist()) == {
         0, 1}  # node 1's samples up to its agent's death are kept
+
+
+@pytest.mark.timeout(300)
+def test_recovering_a_job_whose_node_0_agent_was_killed_keeps_the_job_id(slurm, tmp_path):
+    job = training_job(tmp_path)
+    agent = job_agent(job, 0)
+    assert agent is not None, "node 0's agent not found"
+    staging = next(tmp_path.glob(".*.partial"))
+    os.kill(agent, signal.SIGKILL)
+    wait_job_gone(job)
+    deadline = time.monotonic() + 60
+    while (r := kit_cli("bundle", "recover", str(staging), timeout=60)).returncode == 2:
+        assert "still run" in r.stderr and time.monotonic() < deadline, r.stderr
+        time.sleep(1)  # node 0's orphaned ranks stop within their grace
+    assert r.returncode == 0, r.stderr
+    bundle = Path(r.stdout.strip().splitlines()[-1])
+    assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "failed" and m["slurm_job_id"] == job
+    assert m["error"].startswith("node 0 (n1): its agent (pid "), m["error"]
 
 
 SUBMIT = ["submit", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--warmup", "1",

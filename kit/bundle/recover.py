@@ -133,5 +133,6 @@ def _recover_nodes(staging: BundleStaging, cfg: RunConfig, launcher: LauncherRec
     report = nodes[0].report
     why = "no telemetry was recorded before the launcher died" if report is None else (
         "no source read it")
-    bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why, nodes)
+    job = next((rec.slurm_job_id for rec in records if rec and rec.slurm_job_id), None)
+    bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why, nodes, job)
     return bundle

@@ -159,6 +159,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str],
                 create_time=psutil.Process().create_time(),
                 ranks=list(range(role.node * per_node, (role.node + 1) * per_node)),
                 inventory=node_inventory().model_dump(mode="json"),
+                slurm_job_id=os.environ.get("SLURM_JOB_ID"),
             )
             clock = _clock_start(link)
             if clock is not None:

@@ -226,6 +226,7 @@ class NodeRecord:
             dict; None on node 0.
         create_time: The agent's process start time (psutil): with ``pid`` it tells the agent
             from a later process that got the same pid (``bundle recover``).
+        slurm_job_id: The Slurm job the agent ran in, if any (``bundle recover`` records it).
     """
 
     node: int
@@ -241,6 +242,7 @@ class NodeRecord:
     notes: list[str] = field(default_factory=list)
     clock_start: dict[str, float] | None = None
     create_time: float | None = None
+    slurm_job_id: str | None = None
 
     def agent_alive(self) -> bool:
         """Whether the agent still runs (False when it ran on another host: cannot tell)."""
