@@ -18,6 +18,7 @@ import click
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
+from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
@@ -194,40 +195,27 @@ def _submit_end(answer: dict[str, Any], bundle_dir: Path | None, as_json: bool) 
 
 
 @cli.command()
-@click.option("--platform", help="Platform name or YAML (default: detect this host).")
-@click.option("--nproc", type=POSITIVE,
-              help="Ranks per node (default: 2 on cpu, every device of a GPU node).")
-@click.option("--nodes", type=POSITIVE, default=1, show_default=True,
-              help="Nodes (one until multi-node launch exists).")
-@click.option("--sizes", help="Message sizes, e.g. 4K,1M,256M (default: 1K..4M on cpu, "
-                              "1K..1G on GPUs).")
-@click.option("--ops", help="Collectives, comma-separated, of all_reduce, all_gather, "
-                            "reduce_scatter, all_to_all, send_recv (default: all).")
-@click.option("--iters", type=POSITIVE, default=20, show_default=True,
-              help="Timed operations per size.")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Untimed operations before them.")
-@click.option("--telemetry-interval-ms", type=click.IntRange(min=0), default=20,
-              show_default=True, help="Sampling period; 0 turns telemetry off.")
+@model_options(FabricRequest)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the bundle.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output: status, bundle, results.")
-def fabric(ops: str | None, out: Path, as_json: bool, **opts: object) -> None:
+def fabric(out: Path, as_json: bool, **opts: object) -> None:
     """Measure collective bandwidth (algbw and busbw as nccl-tests defines them); one bundle.
 
+    Runs through the same launchers as `run` (--launcher torchrun|slurm for several nodes).
     The last stdout line is the bundle path; see docs/fabric.md.
     """
     from kit.fabric.results import fabric_table, read_fabric
     from kit.fabric.run import resolve_fabric, run_fabric
-    from kit.fabric.spec import parse_ops
 
-    try:
-        chosen = parse_ops(ops) if ops else None
-    except ValueError as e:
-        raise KitInputError(f"--ops: {e}") from None
-    cfg = resolve_fabric(**opts, **({"ops": chosen} if chosen else {}))  # type: ignore[arg-type]
+    req = fabric_request(**opts)
+    cfg = resolve_fabric(req)
     check_output_dir(out)
-    result = run_fabric(cfg, out, command=sys.argv)
+    result = run_fabric(cfg, req, out, command=sys.argv)
+    if result is None:
+        click.echo("node 0 did not say how the run ended; its bundle (if any) is in "
+                   f"{out.resolve()}", err=True)
+        sys.exit(1)
     from kit.bundle.reader import read_bundle
 
     results = read_fabric(read_bundle(result.bundle))

@@ -2,6 +2,8 @@
 measured, a bundle with telemetry, and compare/report showing its curve."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -9,8 +11,9 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 from kit.fabric.bandwidth import bus_factor, message_bytes
+from kit.launch.local import free_port
 
-from .conftest import bundle_path, kit_cli
+from .conftest import REPO, bundle_path, kit_cli
 
 
 def test_bus_factors_are_nccl_tests():
@@ -76,7 +79,8 @@ def test_compare_and_report_show_the_fabric_curve(fabric, tmp_path):
     (["--ops", "all_reduce,bogus"], "--ops: unknown collective 'bogus'"),
     (["--nproc", "1"], "at least 2 ranks"),
     (["--sizes", "4X"], "--sizes: size '4X'"),
-    (["--nodes", "2"], "--nodes 2: fabric starts ranks on this node only"),
+    (["--nodes", "2"], "--nodes 2 needs --launcher torchrun"),
+    (["--launcher", "torchrun", "--nodes", "2"], "--node-rank"),
 ])
 def test_bad_fabric_input_is_one_line_and_exit_2(args, needle):
     r = kit_cli("fabric", *args)
@@ -92,3 +96,32 @@ def test_export_mllog_of_a_fabric_bundle_is_one_line_and_exit_2(fabric, tmp_path
     assert r.stderr.strip().splitlines() == [
         f"error: {fabric.name} is a fabric benchmark (collectives, no model); MLLOG describes "
         "training runs"]
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_through_torchrun_make_one_fabric_bundle(tmp_path):
+    """The same launchers as training: 2 nodes x 2 ranks on this host, one bundle with both
+    nodes' inventories and telemetry, bus factors for 4 ranks."""
+    port = free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "kit", "fabric", "--nodes", "2", "--nproc", "2", "--launcher",
+         "torchrun", "--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--ops", "all_reduce,all_gather", "--sizes", "64K", "--iters", "3", "--warmup", "1",
+         "--telemetry-interval-ms", "10", "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        start_new_session=True) for node in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    bundle = bundle_path(outs[0][0])
+    verify_bundle(bundle)
+    results = json.loads((bundle / "fabric.json").read_text())
+    assert results["ranks"] == 4 and {p["op"] for p in results["points"]} == {
+        "all_reduce", "all_gather"}
+    for p in results["points"]:
+        factor = 2 * 3 / 4 if p["op"] == "all_reduce" else 3 / 4
+        assert p["busbw_gbps"] == pytest.approx(p["algbw_gbps"] * factor)
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert m["status"] == "ok" and len(m["inventory"]) == 2
+    assert [r["node"] for r in m["ranks"]] == [0, 0, 1, 1]
+    nodes = set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist())
+    assert nodes == {0, 1}

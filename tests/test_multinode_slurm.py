@@ -59,6 +59,22 @@ def test_launcher_slurm_inside_salloc_runs_one_agent_per_node(slurm, tmp_path):
     assert set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist()) == {0, 1}
 
 
+@pytest.mark.timeout(300)
+def test_fabric_inside_salloc_runs_through_the_same_agents(slurm, tmp_path):
+    r = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", sys.executable, "-m", "kit",
+                        "fabric", "--nodes", "2", "--nproc", "2", "--launcher", "slurm",
+                        "--ops", "all_reduce", "--sizes", "64K", "--iters", "3",
+                        "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO, timeout=280)
+    assert r.returncode == 0, r.stderr
+    bundle = bundle_path(r.stdout)
+    assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "ok" and m["slurm_job_id"] is not None
+    assert [n["slurm_node"] for n in m["inventory"]] == ["n1", "n2"]
+    assert json.loads((bundle / "fabric.json").read_text())["ranks"] == 4
+
+
 def training_job(out: Path) -> str:
     """An sbatch job of a long 2-node run, once node 1's ranks have trained 2 steps."""
     cmd = " ".join([*RUN, "--steps", "400", "--out", str(out)])

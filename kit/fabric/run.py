@@ -1,17 +1,19 @@
-"""Resolve a fabric request into a run config and run it through the training launcher."""
+"""Resolve a fabric request into a run config and run it through the training launchers."""
 
 from pathlib import Path
 
 from kit.errors import KitInputError
+from kit.fabric.request import FabricRequest
 from kit.fabric.spec import (
     DEFAULT_SIZES_CPU,
     DEFAULT_SIZES_GPU,
     OPS,
-    CollectiveOp,
     FabricSpec,
+    parse_ops,
     parse_sizes,
 )
-from kit.launch.session import SessionResult, run_session
+from kit.launch.launchers import launch_run
+from kit.launch.session import SessionResult
 from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import load_platform
 from kit.spec.run import OptimizationConfig, ParallelConfig, RunConfig
@@ -19,61 +21,51 @@ from kit.spec.run import OptimizationConfig, ParallelConfig, RunConfig
 WORKER = "kit.fabric.worker"
 
 
-def resolve_fabric(
-    platform: str | None = None,
-    nproc: int | None = None,
-    nodes: int = 1,
-    sizes: str | None = None,
-    ops: tuple[CollectiveOp, ...] = OPS,
-    iters: int = 20,
-    warmup: int = 5,
-    telemetry_interval_ms: int = 20,
-) -> RunConfig:
-    """The run config of a fabric benchmark on this host.
-
-    Args:
-        platform: Platform name or YAML; None detects this host.
-        nproc: Ranks per node; default 2 on cpu, else every device of the node.
-        nodes: Nodes; more than one is refused until multi-node launch exists.
-        sizes: Comma-separated sizes (``4K,1M``); default per platform (kit.fabric.spec).
-        ops: Collectives to measure.
-        iters: Timed operations per point.
-        warmup: Untimed operations before them.
-        telemetry_interval_ms: Sampling period; 0 turns telemetry off.
+def resolve_fabric(req: FabricRequest) -> RunConfig:
+    """The run config of the fabric benchmark ``req`` on this host (this node, for many).
 
     Raises:
         KitInputError: Bad input, or a platform whose devices this host lacks.
     """
-    spec = load_platform(platform) if platform else detect_platform()
+    spec = load_platform(req.platform) if req.platform else detect_platform()
     if not platform_present(spec):
         raise KitInputError(f"platform {spec.name} ({spec.device_name}) is not present on this "
                             "host; use --platform cpu")
-    if nodes > 1:
-        raise KitInputError(f"--nodes {nodes}: fabric starts ranks on this node only (multi-node "
-                            "launch through torchrun or Slurm is not available yet)")
+    if req.launcher == "local" and req.nodes > 1:
+        raise KitInputError(f"--nodes {req.nodes} needs --launcher torchrun (with --node-rank "
+                            "and --rdzv-endpoint on every node) or --launcher slurm (inside an "
+                            "allocation)")
     here = len(local_accelerator_names())
     if spec.is_cpu:
-        ranks, per_node = nproc or 2, None
+        per_node, devices = req.nproc or 2, None
     else:
-        ranks = nproc or min(spec.devices_per_node or here, here)
-        if ranks > here:
-            raise KitInputError(f"--nproc {ranks}: this host has {here} {spec.name} devices")
-        per_node = ranks
+        per_node = req.nproc or min(spec.devices_per_node or here, here)
+        if per_node > here:
+            raise KitInputError(f"--nproc {per_node}: this host has {here} {spec.name} devices")
+        devices = per_node
+    ranks = per_node * req.nodes
     if ranks < 2:
         raise KitInputError("a collective needs at least 2 ranks: --nproc 2 or more")
     try:
-        chosen = parse_sizes(sizes) if sizes else (
+        ops = parse_ops(req.ops) if req.ops else OPS
+    except ValueError as e:
+        raise KitInputError(f"--ops: {e}") from None
+    try:
+        sizes = parse_sizes(req.sizes) if req.sizes else (
             DEFAULT_SIZES_CPU if spec.is_cpu else DEFAULT_SIZES_GPU)
     except ValueError as e:
         raise KitInputError(f"--sizes: {e}") from None
     return RunConfig(
-        workload=FabricSpec(ops=ops, sizes_bytes=chosen), platform=spec, nodes=nodes,
-        devices_per_node=per_node, parallel=ParallelConfig(dp=ranks), optim=OptimizationConfig(),
-        micro_batch_size=1, global_batch_size=ranks, dtype=spec.dtype, steps=iters,
-        warmup=warmup, telemetry_interval_ms=telemetry_interval_ms,
+        workload=FabricSpec(ops=ops, sizes_bytes=sizes), platform=spec, nodes=req.nodes,
+        launcher=req.launcher, devices_per_node=devices, parallel=ParallelConfig(dp=ranks),
+        optim=OptimizationConfig(), micro_batch_size=1, global_batch_size=ranks,
+        dtype=spec.dtype, steps=req.iters, warmup=req.warmup,
+        telemetry_interval_ms=req.telemetry_interval_ms,
     )
 
 
-def run_fabric(cfg: RunConfig, out: Path, command: list[str]) -> SessionResult:
-    """Run the benchmark of ``cfg`` with telemetry and publish its bundle under ``out``."""
-    return run_session(cfg, out, command, worker=WORKER)
+def run_fabric(cfg: RunConfig, req: FabricRequest, out: Path,
+               command: list[str]) -> SessionResult | None:
+    """Run the benchmark of ``cfg`` with telemetry through its launcher; node 0 publishes the
+    bundle under ``out`` (None: a node other than 0 that node 0 did not tell how it ended)."""
+    return launch_run(cfg, req, out, command, worker=WORKER)

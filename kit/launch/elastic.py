@@ -3,8 +3,8 @@
 The agent is torch.distributed.elastic's ``LocalElasticAgent``, as ``torchrun`` runs it, with
 the static rendezvous (``--node-rank`` fixes each node's place, so node K holds ranks
 K x per-node .. ) on node 0's endpoint, and no restarts: a failed rank ends the run, whose bundle
-says so. Each rank is the kit's worker (kit.launch.worker) with its output in
-``logs/rank<N>.log``; the agent sets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and MASTER_ADDR.
+says so. Each rank is the kit's worker (kit.launch.worker; kit.fabric.worker for the fabric
+benchmark) with its output in ``logs/rank<N>.log``; the agent sets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and MASTER_ADDR.
 
 SIGINT and SIGTERM stay with the kit's signal counter (the agent handles only SIGHUP and
 SIGQUIT its own way): a watcher thread forwards the first as SIGTERM to the ranks, which stop
@@ -31,6 +31,7 @@ from kit.launch.local import (
     FAILURE_GRACE_S,
     INTERRUPT_GRACE_S,
     LAUNCHER_PID_ENV,
+    WORKER,
     LaunchOutcome,
     RankExit,
 )
@@ -52,26 +53,26 @@ AGENT_SIGNALS = "SIGHUP,SIGQUIT"
 """Signals the elastic agent turns into its own shutdown; SIGINT/SIGTERM are the kit's."""
 WATCH_S = 0.05
 """How often the watcher looks for ranks that ended (their exit times' resolution)."""
-WORKER_SHELL = 'exec "$0" -m kit.launch.worker "$1" >"$2/rank$RANK.log" 2>&1'
-"""Each rank: the kit's worker, its output in its rank's log (RANK comes from the agent)."""
+WORKER_SHELL = 'exec "$0" -m "$3" "$1" >"$2/rank$RANK.log" 2>&1'
+"""Each rank: the worker module, its output in its rank's log (RANK comes from the agent)."""
 
 
-def _workers() -> list[psutil.Process]:
-    """This agent's rank processes (the kit's workers among its children)."""
+def _workers(worker: str) -> list[psutil.Process]:
+    """This agent's rank processes (children running the module ``worker``)."""
     out = []
     for child in psutil.Process().children():
         try:
-            if "kit.launch.worker" in child.cmdline():
+            if worker in child.cmdline():
                 out.append(child)
         except psutil.Error:
             continue
     return out
 
 
-def _signal_workers(sig: signal.Signals) -> list[int]:
+def _signal_workers(sig: signal.Signals, worker: str) -> list[int]:
     """Send ``sig`` to every rank still running; return the ranks it reached."""
     reached = []
-    for proc in _workers():
+    for proc in _workers(worker):
         try:
             rank = int(proc.environ().get("RANK", "-1"))
             proc.send_signal(sig)
@@ -100,16 +101,16 @@ class _Watcher(threading.Thread):
     """
 
     def __init__(self, interrupts: SignalCounter, outcome: LaunchOutcome,
-                 on_poll: Callable[[], None] | None, ranks: int) -> None:
+                 on_poll: Callable[[], None] | None, ranks: int, worker: str) -> None:
         super().__init__(daemon=True, name="rank-watcher")
         self.done = threading.Event()
         self.ended: dict[int, float] = {}
         self._pids: dict[int, int] = {}
-        self._ranks = ranks
+        self._ranks, self._worker = ranks, worker
         self._interrupts, self._outcome, self._on_poll = interrupts, outcome, on_poll
 
     def _note_exits(self) -> None:
-        for proc in _workers() if len(self._pids) < self._ranks else ():  # not all started yet
+        for proc in _workers(self._worker) if len(self._pids) < self._ranks else ():  # not all started yet
             try:
                 self._pids.setdefault(int(proc.environ().get("RANK", "-1")), proc.pid)
             except psutil.Error:
@@ -129,13 +130,13 @@ class _Watcher(threading.Thread):
             if self._interrupts.count > seen:
                 if seen == 0:
                     self._outcome.interrupted = True
-                    _signal_workers(signal.SIGTERM)
+                    _signal_workers(signal.SIGTERM, self._worker)
                     deadline = time.monotonic() + INTERRUPT_GRACE_S
                 else:
                     deadline = time.monotonic()
                 seen = self._interrupts.count
             if deadline is not None and time.monotonic() > deadline:
-                self._outcome.killed += _signal_workers(signal.SIGKILL)
+                self._outcome.killed += _signal_workers(signal.SIGKILL, self._worker)
                 deadline = None
             if self._on_poll is not None:
                 self._on_poll()
@@ -161,7 +162,8 @@ def _failure_exits(failures: dict[int, ProcessFailure],
     return exits
 
 
-def _worker_spec(cfg: RunConfig, staging: Path, logs_dir: Path, role: NodeRole) -> WorkerSpec:
+def _worker_spec(cfg: RunConfig, staging: Path, logs_dir: Path, role: NodeRole,
+                 worker: str) -> WorkerSpec:
     params = RendezvousParameters(
         backend="static", endpoint=role.endpoint, run_id=role.run_id, min_nodes=role.nodes,
         max_nodes=role.nodes, rank=role.node, timeout=int(role.timeout_s),
@@ -169,7 +171,7 @@ def _worker_spec(cfg: RunConfig, staging: Path, logs_dir: Path, role: NodeRole) 
     return WorkerSpec(
         role="trainer", local_world_size=cfg.ranks_per_node,
         rdzv_handler=get_rendezvous_handler(params), entrypoint="/bin/sh",
-        args=("-c", WORKER_SHELL, sys.executable, str(staging), str(logs_dir)),
+        args=("-c", WORKER_SHELL, sys.executable, str(staging), str(logs_dir), worker),
         max_restarts=0, monitor_interval=0.1, master_addr=role.host, master_port=role.port,
     )
 
@@ -181,10 +183,11 @@ def launch_elastic(
     role: NodeRole,
     interrupts: SignalCounter,
     on_poll: Callable[[], None] | None = None,
+    worker: str = WORKER,
 ) -> LaunchOutcome:
     """Run this node's ranks of ``cfg`` under torch's elastic agent and wait for them.
 
-    ``interrupts`` must be active around the call. Exit times of failed ranks are when the
+    ``interrupts`` must be active around the call; each rank runs ``python -m <worker>``. Exit times of failed ranks are when the
     watcher saw them end (:func:`_failure_exits`), else the whole second torch's agent stamped;
     of ranks that succeeded, the end of the run.
 
@@ -204,12 +207,12 @@ def launch_elastic(
     agent_dir = staging / AGENTS_DIR / f"node{role.node}"
     agent_dir.mkdir(parents=True, exist_ok=True)
     agent = LocalElasticAgent(
-        spec=_worker_spec(cfg, staging, logs_dir, role),
+        spec=_worker_spec(cfg, staging, logs_dir, role, worker),
         logs_specs=DefaultLogsSpecs(log_dir=str(agent_dir)),
         start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S,
         shutdown_timeout=int(FAILURE_GRACE_S),
     )
-    watcher = _Watcher(interrupts, outcome, on_poll, per_node)
+    watcher = _Watcher(interrupts, outcome, on_poll, per_node, worker)
     watcher.start()
     outcome.started = True
     try:

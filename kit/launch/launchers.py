@@ -3,18 +3,27 @@
 import os
 import sys
 from pathlib import Path
+from typing import Protocol
 
+from kit.launch.local import WORKER
 from kit.launch.session import SessionResult
-from kit.spec.resolve import RunRequest
 from kit.spec.run import RunConfig
 
 
-def launch_run(cfg: RunConfig, req: RunRequest, out: Path,
-               command: list[str]) -> SessionResult | None:
+class NodePlace(Protocol):
+    """Where this process sits in a multi-node run: the options ``run`` and ``fabric`` share."""
+
+    node_rank: int | None
+    rdzv_endpoint: str | None
+    rdzv_timeout: int
+
+
+def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
+               worker: str = WORKER) -> SessionResult | None:
     """Run ``cfg`` with the launcher it names and return how it ended.
 
     The platform's ``env`` is set first where the environment does not set it, so every rank
-    gets it, as under ``submit``'s sbatch script.
+    gets it, as under ``submit``'s sbatch script. Each rank runs ``python -m <worker>``.
 
     ``local`` runs every rank here (kit.launch.session). ``torchrun`` runs this node's part
     (kit.launch.node_session), with the node's place from ``--node-rank`` and
@@ -31,7 +40,7 @@ def launch_run(cfg: RunConfig, req: RunRequest, out: Path,
     if cfg.launcher == "local":
         from kit.launch.session import run_session
 
-        return run_session(cfg, out, command)
+        return run_session(cfg, out, command, worker=worker)
     from kit.launch.node_session import run_node_session
 
     if cfg.launcher == "slurm":
@@ -39,9 +48,10 @@ def launch_run(cfg: RunConfig, req: RunRequest, out: Path,
 
         if os.environ.get(slurm.AGENT_ENV) != "1":  # the command itself: start the agents
             sys.exit(slurm.start_agents(cfg.nodes, command))
-        role = slurm.slurm_role(cfg.nodes, req.rdzv_timeout)
+        role = slurm.slurm_role(cfg.nodes, place.rdzv_timeout)
     else:
         from kit.launch.rendezvous import torchrun_role
 
-        role = torchrun_role(req.node_rank, cfg.nodes, req.rdzv_endpoint, req.rdzv_timeout)
-    return run_node_session(cfg, out, command, role)
+        role = torchrun_role(place.node_rank, cfg.nodes, place.rdzv_endpoint,
+                             place.rdzv_timeout)
+    return run_node_session(cfg, out, command, role, worker)

@@ -27,7 +27,7 @@ from kit.errors import KitInputError, RunNotPublished
 from kit.launch.clock import ClockOffset, measure_clock, serve_clock
 from kit.launch.elastic import launch_elastic
 from kit.launch.inventory import node_inventory
-from kit.launch.local import LaunchOutcome
+from kit.launch.local import WORKER, LaunchOutcome
 from kit.launch.node_merge import node_chunks, node_exits, node_parts, where
 from kit.launch.rankfile import (
     NODES_DIR,
@@ -134,9 +134,11 @@ def _exits(outcome: LaunchOutcome) -> dict[int, list[object]]:
     return {r: [e.code, e.signal, e.t] for r, e in outcome.exits.items()}
 
 
-def run_node_session(cfg: RunConfig, out: Path, command: list[str],
-                     role: NodeRole) -> SessionResult | None:
+def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRole,
+                     worker: str = WORKER) -> SessionResult | None:
     """Run this node's part of ``cfg``; node 0 publishes the bundle and returns it.
+
+    ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
 
     Returns:
         The published run on node 0; on other nodes how node 0 said the run ended (None when
@@ -172,7 +174,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str],
             outcome, report, notes, launch_error = sample_and_launch(
                 cfg, chunks, role.node,
                 lambda on_poll: launch_elastic(cfg, staging.path, staging.logs_dir, role,
-                                               interrupts, on_poll),
+                                               interrupts, on_poll, worker),
                 progress_watcher(cfg, staging.path) if role.node == 0 else None)
             facts = report.devices if report else {}
             gpus = next((d for name, d in facts.items() if d and name != "replay"), None)

@@ -1,0 +1,48 @@
+"""The options of ``charllm-kit fabric``, defined once (kit.cli generates them from here)."""
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kit.errors import KitInputError
+from kit.spec.loader import describe_validation_error
+from kit.spec.resolve import RunRequest
+from kit.spec.run import Launcher
+
+_RUN = RunRequest.model_fields
+
+
+class FabricRequest(BaseModel):
+    """What ``charllm-kit fabric`` was asked: the one definition of its options.
+
+    The command generates its options from these fields (kit/cli_options.py); the launcher
+    and node fields are ``run``'s own (the same names, checks and help), since a fabric run
+    goes through the same launchers.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    platform: str | None = _RUN["platform"]
+    nproc: int | None = Field(
+        None, gt=0, description="Ranks per node (default: 2 on cpu, every device of a GPU node).")
+    sizes: str | None = Field(
+        None, description="Message sizes, e.g. 4K,1M,256M (default: 1K..4M on cpu, 1K..1G on "
+        "GPUs).")
+    ops: str | None = Field(
+        None, description="Collectives, comma-separated, of all_reduce, all_gather, "
+        "reduce_scatter, all_to_all, send_recv (default: all).")
+    iters: int = Field(20, gt=0, description="Timed operations per size.")
+    warmup: int = Field(5, ge=0, description="Untimed operations before them.")
+    telemetry_interval_ms: int = _RUN["telemetry_interval_ms"]
+    launcher: Launcher = _RUN["launcher"]
+    nodes: int = _RUN["nodes"]
+    node_rank: int | None = _RUN["node_rank"]
+    rdzv_endpoint: str | None = _RUN["rdzv_endpoint"]
+    rdzv_timeout: int = _RUN["rdzv_timeout"]
+
+
+def fabric_request(**fields: object) -> FabricRequest:
+    """Build a :class:`FabricRequest`, turning a validation failure into one-line bad input."""
+    try:
+        return FabricRequest(**fields)  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise KitInputError(f"invalid fabric options: {describe_validation_error(e)}") from None
+
