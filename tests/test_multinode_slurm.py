@@ -44,27 +44,9 @@ def manifest(bundle: Path) -> dict:
     return json.loads((bundle / "manifest.json").read_text())
 
 
-@pytest.mark.timeout(300)
-def test_launcher_slurm_inside_salloc_runs_one_agent_per_node(slurm, tmp_path):
-    r = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", *RUN, "--steps", "3",
-                        "--out", str(tmp_path)],
-                       capture_output=True, text=True, cwd=REPO, timeout=280)
-    assert r.returncode == 0, r.stderr
-    bundle = bundle_path(r.stdout)
-    assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
-    m = manifest(bundle)
-    assert m["status"] == "ok"
-    assert [n["slurm_node"] for n in m["inventory"]] == ["n1", "n2"]
-    assert [r["node"] for r in m["ranks"]] == [0, 0, 1, 1]
-    assert set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist()) == {0, 1}
-
-
-@pytest.mark.timeout(300)
-def test_fabric_inside_salloc_runs_through_the_same_agents(slurm, tmp_path):
-    r = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", sys.executable, "-m", "kit",
-                        "fabric", "--nodes", "2", "--nproc", "2", "--launcher", "slurm",
-                        "--ops", "all_reduce", "--sizes", "64K", "--iters", "3",
-                        "--out", str(tmp_path)],
+def salloc_bundle(argv: list[str]) -> tuple[Path, dict]:
+    """Run ``argv`` inside a 2-node salloc; its verified bundle, ended ok, and its manifest."""
+    r = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", *argv],
                        capture_output=True, text=True, cwd=REPO, timeout=280)
     assert r.returncode == 0, r.stderr
     bundle = bundle_path(r.stdout)
@@ -72,6 +54,21 @@ def test_fabric_inside_salloc_runs_through_the_same_agents(slurm, tmp_path):
     m = manifest(bundle)
     assert m["status"] == "ok" and m["slurm_job_id"] is not None
     assert [n["slurm_node"] for n in m["inventory"]] == ["n1", "n2"]
+    return bundle, m
+
+
+@pytest.mark.timeout(300)
+def test_launcher_slurm_inside_salloc_runs_one_agent_per_node(slurm, tmp_path):
+    bundle, m = salloc_bundle([*RUN, "--steps", "3", "--out", str(tmp_path)])
+    assert [r["node"] for r in m["ranks"]] == [0, 0, 1, 1]
+    assert set(pq.read_table(bundle / "telemetry.parquet").column("node").to_pylist()) == {0, 1}
+
+
+@pytest.mark.timeout(300)
+def test_fabric_inside_salloc_runs_through_the_same_agents(slurm, tmp_path):
+    bundle, _ = salloc_bundle([
+        sys.executable, "-m", "kit", "fabric", "--nodes", "2", "--nproc", "2", "--launcher",
+        "slurm", "--ops", "all_reduce", "--sizes", "64K", "--iters", "3", "--out", str(tmp_path)])
     assert json.loads((bundle / "fabric.json").read_text())["ranks"] == 4
 
 
