@@ -45,4 +45,3 @@ def fabric_request(**fields: object) -> FabricRequest:
         return FabricRequest(**fields)  # type: ignore[arg-type]
     except ValidationError as e:
         raise KitInputError(f"invalid fabric options: {describe_validation_error(e)}") from None
-
