@@ -101,12 +101,16 @@ def test_dp2_megatron_fsdp_matches_one_process(cli, tmp_path, gpt3_tiny_referenc
 def test_tp2_dp2_megatron_fsdp_with_overlap_matches_one_process(
     cli, tmp_path, gpt3_tiny_reference
 ):
-    """FSDP over DP with TP inside each replica, gradient reduce and param gather overlapped."""
+    """FSDP over DP with TP inside each replica, gradient reduction overlapped (on CPU the
+    parameter gather is synchronous, and the notes say so)."""
     bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--tp", "2", "--dp", "2", "--fsdp", "--overlap")
     losses = losses_by_rank(bundle)
     assert losses[0] == losses[1] and losses[2] == losses[3]  # TP peers share a replica's loss
     mean = [(a + b) / 2 for a, b in zip(losses[0], losses[2], strict=True)]
     assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
+    notes = json.loads((bundle / "metrics.json").read_text())["notes"]
+    assert any(n.startswith("--overlap on cpu: Megatron-FSDP gathers parameters synchronously")
+               for n in notes), notes
 
 
 @pytest.fixture(scope="module")

@@ -176,10 +176,17 @@ class MegatronEngine(Engine):
         assert cfg is not None
         o = cfg.optim
         sharded_optimizer = o.dist_optimizer or o.fsdp
+        # Megatron-FSDP frees a parameter bucket's storage between uses. On CUDA the caching
+        # allocator keeps it until the gather's stream is done; on CPU nothing does, and an
+        # overlapped (async) gloo all-gather still writing into a freed bucket corrupts the heap
+        # (seen rarely: "corrupted double-linked list", a TP2 x DP2 run on a loaded 2-core
+        # host). So on CPU Megatron-FSDP gathers parameters synchronously.
+        gather_overlap = o.overlap and sharded_optimizer and not (
+            o.fsdp and cfg.platform.is_cpu)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=o.overlap,
-            overlap_param_gather=o.overlap and sharded_optimizer,
+            overlap_param_gather=gather_overlap,
             use_distributed_optimizer=sharded_optimizer,
             bucket_size=40_000_000 if o.overlap else None,
             **(adapter.megatron_fsdp_ddp_config_kwargs(cfg.platform.is_cpu) if o.fsdp else {}),
@@ -187,6 +194,10 @@ class MegatronEngine(Engine):
         wrapper = adapter.megatron_fsdp_wrapper() if o.fsdp else DistributedDataParallel
         features = self._features
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
+        if o.overlap and o.fsdp and not gather_overlap:
+            self._speed_notes.append("--overlap on cpu: Megatron-FSDP gathers parameters "
+                                     "synchronously (an overlapped gloo gather can write into "
+                                     "a bucket already freed); gradient reduction overlaps")
         wrapped = []
         for i, chunk in enumerate(chunks):
             if not cfg.platform.is_cpu:
