@@ -177,10 +177,10 @@ class MegatronEngine(Engine):
         o = cfg.optim
         sharded_optimizer = o.dist_optimizer or o.fsdp
         # Megatron-FSDP frees a parameter bucket's storage between uses. On CUDA the caching
-        # allocator keeps it until the gather's stream is done; on CPU nothing does, and an
-        # overlapped (async) gloo all-gather still writing into a freed bucket corrupts the heap
-        # (seen rarely: "corrupted double-linked list", a TP2 x DP2 run on a loaded 2-core
-        # host). So on CPU Megatron-FSDP gathers parameters synchronously.
+        # allocator keeps it until the gather's stream is done; on CPU nothing does, so an
+        # overlapped (async) gloo all-gather may still write into a freed bucket: the likely
+        # cause of a rare heap corruption ("corrupted double-linked list", TP2 x DP2 on a
+        # loaded 2-core host). So on CPU Megatron-FSDP gathers parameters synchronously.
         gather_overlap = o.overlap and sharded_optimizer and not (
             o.fsdp and cfg.platform.is_cpu)
         ddp_config = DistributedDataParallelConfig(
