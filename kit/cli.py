@@ -75,9 +75,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     result = launch_run(cfg, req, out, command=sys.argv)
     if result is None:
-        click.echo("node 0 did not say how the run ended; its bundle (if any) is in "
-                   f"{out.resolve()}", err=True)
-        sys.exit(1)
+        _unknown_end(out)
     if as_json:
         click.echo(json.dumps({"status": result.status, "error": result.error,
                                "bundle": str(result.bundle.resolve()),
@@ -87,6 +85,13 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         click.echo(str(result.bundle.resolve()))
     if result.status != "ok":
         sys.exit(1)
+
+
+def _unknown_end(out: Path) -> NoReturn:
+    """Exit 1 on a node other than 0 that node 0 did not tell how the run ended."""
+    click.echo("node 0 did not say how the run ended; its bundle (if any) is in "
+               f"{out.resolve()}", err=True)
+    sys.exit(1)
 
 
 def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -213,9 +218,7 @@ def fabric(out: Path, as_json: bool, **opts: object) -> None:
     check_output_dir(out)
     result = run_fabric(cfg, req, out, command=sys.argv)
     if result is None:
-        click.echo("node 0 did not say how the run ended; its bundle (if any) is in "
-                   f"{out.resolve()}", err=True)
-        sys.exit(1)
+        _unknown_end(out)
     from kit.bundle.reader import read_bundle
 
     results = read_fabric(read_bundle(result.bundle))

@@ -414,14 +414,19 @@ def kernel_breakdown(times: dict[str, dict[str, float]], title: str) -> Figure |
             left += share
         labels.append(f"{trace}\n{total * 1e3:.3g} ms")
     ax.set_yticks(range(len(times)), labels, fontsize=8)
+    _share_axes(ax, "share of kernel time", -0.35 if len(times) < 3 else -0.15, 5)
+    ax.set_title(f"Kernel time by category: {title}", fontsize=10)
+    return fig
+
+
+def _share_axes(ax: Any, xlabel: str, legend_y: float, ncol: int) -> None:
+    """Finish a chart of stacked shares: first bar on top, 0-100% axis, legend below."""
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.set_xlabel("share of kernel time")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(times) < 3 else -0.15),
-              ncol=5, fontsize=8, frameon=False)
-    ax.set_title(f"Kernel time by category: {title}", fontsize=10)
-    return fig
+    ax.set_xlabel(xlabel)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, legend_y), ncol=ncol, fontsize=8,
+              frameon=False)
 
 
 def profile_breakdowns(shares: list[dict[str, Any]]) -> Figure | None:
@@ -452,12 +457,8 @@ def profile_breakdowns(shares: list[dict[str, Any]]) -> Figure | None:
     ax.set_yticks(range(len(shares)), [f"{s['bundle'][:24]}\nrank {s['rank']} stage "
                                        f"{s['stage']}, {s['profiled_s'] * 1e3:.4g} ms"
                                        for s in shares], fontsize=7.5)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.set_xlabel("share of the profiled steps (hatched: exposed communication)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(shares) < 4 else -0.1),
-              ncol=6, fontsize=8, frameon=False)
+    _share_axes(ax, "share of the profiled steps (hatched: exposed communication)",
+                -0.25 if len(shares) < 4 else -0.1, 6)
     ax.set_title("Where the profiled time goes, per bundle and rank", fontsize=10)
     return fig
 

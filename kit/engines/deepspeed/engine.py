@@ -21,6 +21,7 @@ from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.config import deepspeed_config
 from kit.engines.deepspeed.environment import prepare_deepspeed_environment
 from kit.engines.deepspeed.model import MOE_AUX_LOSS_COEFF, Block, CausalLM, pipeline_module
+from kit.engines.kernels.compiled import compile_modules
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
@@ -78,7 +79,7 @@ class DeepSpeedEngine(Engine):
                     {"params": params, "name": "parameters"}
                 )
         if "compile" in self._features:
-            speed.compile_blocks(module, Block)
+            compile_modules([module], Block)
         self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params, config=config)
         if self._pipe:
             dp_rank = self.engine.grid.get_data_parallel_id()

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from kit.engines.deepspeed.spec import SPEED_FEATURES
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
+from kit.engines.kernels.features import chosen_features
 from kit.spec.run import RunConfig
 
 DEFAULT = frozenset(SPEED_FEATURES)
@@ -47,12 +48,10 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
     """The speed features for ``cfg``: :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD,
     none on CPU, without ``compile`` where :func:`compile_blockers` says so; the run's
     ``--speed`` (checked by the spec) overrides the default."""
-    if cfg.platform.is_cpu:
-        return frozenset()
-    if cfg.speed is not None:
-        return frozenset(cfg.speed)
-    chosen = DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
-    return chosen - {"compile"} if compile_blockers(cfg) else chosen
+    chosen = chosen_features(cfg, DEFAULT, DEFAULT_AMD)
+    if cfg.speed is None and compile_blockers(cfg):
+        return chosen - {"compile"}
+    return chosen
 
 
 def plain_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -69,13 +68,3 @@ def loss_function(features: frozenset[str]) -> Callable[[torch.Tensor, torch.Ten
                                                         torch.Tensor]:
     """The language-model loss the model computes under ``features``."""
     return fused_loss if "cross_entropy" in features else plain_loss
-
-
-def compile_blocks(model: torch.nn.Module, block_type: type[torch.nn.Module]) -> int:
-    """``torch.compile`` every ``block_type`` module of ``model`` in place; returns how many."""
-    count = 0
-    for module in model.modules():
-        if isinstance(module, block_type):
-            module.compile()
-            count += 1
-    return count

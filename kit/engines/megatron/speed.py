@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from kit.engines.kernels.compiled import compile_modules
+from kit.engines.kernels.features import chosen_features
 from kit.engines.megatron.spec import SPEED_FEATURES as FEATURES
 from kit.spec.run import RunConfig
 
@@ -47,12 +49,7 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
     :data:`~kit.engines.megatron.spec.SPEED_FEATURES`, checked by the spec, or ``none``)
     overrides the default, for measuring what each feature buys.
     """
-    if cfg.platform.is_cpu:
-        return frozenset()
-    if cfg.speed is None:
-        chosen = DEFAULT_AMD if cfg.platform.vendor == "amd" else DEFAULT
-    else:
-        chosen = frozenset(cfg.speed)
+    chosen = chosen_features(cfg, DEFAULT, DEFAULT_AMD)
     return chosen - NOT_WITH_FSDP if cfg.optim.fsdp else chosen
 
 
@@ -131,20 +128,10 @@ class WgradAccumulation:
 
 
 def compile_layers(chunks: list[torch.nn.Module]) -> int:
-    """``torch.compile`` every transformer layer in place; returns how many were compiled.
-
-    Layers share one compiled graph: parameters are graph inputs (dynamo inlines nn modules),
-    so 24 or 96 layers compile once, not once each.
-    """
+    """``torch.compile`` every transformer layer in place; returns how many were compiled."""
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    count = 0
-    for chunk in chunks:
-        for module in chunk.modules():
-            if isinstance(module, TransformerLayer):
-                module.compile()
-                count += 1
-    return count
+    return compile_modules(chunks, TransformerLayer)
 
 
 def use_fused_adamw(optimizer: Any) -> int:
