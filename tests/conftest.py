@@ -1,5 +1,6 @@
 """Shared helpers: run the real CLI in a subprocess, the way users and scripts do."""
 
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,24 @@ def bundle_path(stdout: str) -> Path:
     return Path(stdout.strip().splitlines()[-1])
 
 
+def why_failed(r: subprocess.CompletedProcess) -> str:
+    """What a failed ``run`` said: its stderr and, when it published a bundle, the bundle's
+    error, each failed rank's error and the tail of every rank log (CI keeps no bundles)."""
+    lines = [r.stderr]
+    try:
+        bundle = bundle_path(r.stdout)
+        manifest = json.loads((bundle / "manifest.json").read_text())
+    except (IndexError, OSError, ValueError):
+        return "\n".join([*lines, f"stdout: {r.stdout[-2000:]}"])
+    lines.append(f"bundle {bundle}: {manifest['status']}: {manifest['error']}")
+    lines += [f"rank {x['rank']}: {x['status']}: {x['error']}" for x in manifest["ranks"]
+              if x["status"] != "ok"]
+    for log in sorted((bundle / "logs").glob("*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        lines += [f"--- {log.name}", *tail]
+    return "\n".join(lines)
+
+
 def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
     """Each rank's loss per step, in step order, from a bundle's steps.parquet."""
     rows = pq.read_table(bundle / "steps.parquet").to_pylist()
@@ -46,7 +65,7 @@ def gpt3_tiny_reference(tmp_path_factory) -> Path:
     """One-process gpt3-tiny run (5 steps): the reference equivalent layouts must match."""
     out = tmp_path_factory.mktemp("gpt3-tiny-tp1")
     r = kit_cli("run", "gpt3-tiny", "--steps", "4", "--warmup", "1", "--out", str(out))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return bundle_path(r.stdout)
 
 
@@ -55,7 +74,7 @@ def cpu_bundle(tmp_path_factory) -> Path:
     """One real 2-rank (TP 2) gpt3-tiny CPU run's bundle, shared: copy it before changing it."""
     out = tmp_path_factory.mktemp("cpu-run")
     r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1", "--out", str(out))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return bundle_path(r.stdout)
 
 

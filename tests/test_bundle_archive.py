@@ -19,7 +19,7 @@ from kit.bundle.pack import pack_bundle
 from kit.bundle.unpack import unpack_bundle
 from kit.errors import BundleError
 
-from .conftest import REPO
+from .conftest import REPO, why_failed
 
 H100 = REPO / "benchmarks/telemetry/bundles/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
 H200 = REPO / "benchmarks/telemetry/bundles/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
@@ -47,13 +47,13 @@ def one_line_error(r) -> str:
 
 def test_pack_unpack_round_trip_is_exact_and_reproducible(cli, cpu_bundle, tmp_path):
     r = cli("bundle", "pack", str(cpu_bundle), "-o", str(tmp_path / "a.tar.gz"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     archive = Path(r.stdout.strip())
     assert archive == tmp_path / "a.tar.gz"
     assert archive.read_bytes() == pack_bundle(cpu_bundle, tmp_path / "b.tar.gz").read_bytes()
 
     r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     unpacked = Path(r.stdout.strip())
     assert unpacked == tmp_path / "in" / cpu_bundle.name
     assert tree(unpacked) == tree(cpu_bundle)
@@ -305,9 +305,9 @@ def test_redacted_pack_hides_hosts_users_and_ips_and_still_verifies(cli, cpu_bun
     assert cli("bundle", "verify", str(bundle)).returncode == 0
 
     r = cli("bundle", "pack", str(bundle), "--redact", "-o", str(tmp_path / "r.tar.gz"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     r = cli("bundle", "unpack", str(tmp_path / "r.tar.gz"), "-o", str(tmp_path / "in"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     redacted = Path(r.stdout.strip())
     assert cli("bundle", "verify", str(redacted)).returncode == 0
     for rel, data in tree(redacted).items():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import why_failed
 from .test_interop_mlperf import parse_mllog
 
 # The session's cpu_bundle run (about a minute on 2 cores) when this module runs alone.
@@ -66,7 +67,7 @@ def test_compare_uses_an_allowed_unverified_bundle_apart_and_marked(cli, cpu_bun
     bundle, edited = tampered
     args = ["compare", str(cpu_bundle), str(bundle), "--allow-unverified"]
     r = cli(*args, "--format", "json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     result = json.loads(r.stdout)
     good, bad = result["groups"]  # same configuration, but never one group
     assert good["verified"] is True and good["bundles"] == [str(cpu_bundle)]
@@ -78,11 +79,11 @@ def test_compare_uses_an_allowed_unverified_bundle_apart_and_marked(cli, cpu_bun
     assert "checksum mismatch: metrics.json" in check["message"]
 
     r = cli(*args)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert "UNVERIFIED (1 run)" in r.stdout and "[unverified] " + bundle.name in r.stdout
 
     r = cli(*args, "--format", "csv")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     verified = {(row["group"], row["verified"]) for row in csv.DictReader(io.StringIO(r.stdout))}
     assert verified == {(good["label"], "true"), (bad["label"], "false")}
     assert "comparability: [unverified]" in r.stderr
@@ -93,7 +94,7 @@ def test_report_of_an_allowed_unverified_bundle_warns(cli, tampered, tmp_path):
     bundle, _ = tampered
     out = tmp_path / "report.html"
     r = cli("report", str(bundle), "-o", str(out), "--allow-unverified")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     text = out.read_text()
     warning = re.search(r'<p class="note" id="unverified">([^<]*)</p>', text).group(1)
     assert "failed verification" in warning and bundle.name in warning
@@ -105,7 +106,7 @@ def test_report_of_an_allowed_unverified_bundle_warns(cli, tampered, tmp_path):
 def test_exports_of_an_allowed_unverified_bundle_say_so(cli, cpu_bundle, tampered):
     bundle, _ = tampered
     r = cli("bundle", "export-mllog", str(bundle), "--allow-unverified")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     events = parse_mllog(r.stdout)
     assert [e["key"] for e in events[:2]] == ["init_start", "kit_bundle_unverified"]
     assert "checksum mismatch: metrics.json" in events[1]["value"]
@@ -113,6 +114,6 @@ def test_exports_of_an_allowed_unverified_bundle_say_so(cli, cpu_bundle, tampere
     assert r.returncode == 0 and "kit_bundle_unverified" not in r.stdout
 
     r = cli("bundle", "system-desc", str(bundle), "--allow-unverified")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     notes = json.loads(r.stdout)["sw_notes"]
     assert "UNVERIFIED bundle" in notes and "checksum mismatch: metrics.json" in notes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, kit_cli
+from .conftest import REPO, kit_cli, why_failed
 
 GPU = sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())
 H100, H200 = (next(b for b in GPU if b.name.endswith(tag)) for tag in ("h100-f4a12c",
@@ -65,7 +65,7 @@ def summary(bundle: Path) -> dict:
 
 def compare_json(cli, *args: str) -> dict:
     r = cli("compare", *args, "--format", "json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return json.loads(r.stdout)
 
 
@@ -75,7 +75,7 @@ def group_of(result: dict, bundle: Path) -> dict:
 
 def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
     r = cli("compare", str(H100), str(H200), *(str(b) for b in runs.values()))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     out = r.stdout
     assert "6 bundles in 5 groups" in out and "FAILED (1 run)" in out
     checks = out.split("comparability:")[1]
@@ -153,7 +153,7 @@ def test_repeats_aggregate_to_median_min_max(cli, runs):
 def test_every_format_parses(cli, runs):
     args = [str(H100), str(runs["tp1a"]), str(runs["failed"]), "--baseline", str(H100)]
     r = cli("compare", *args, "--format", "csv")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     metrics = {row["metric"] for row in rows}
     assert len(rows) == 3 * len(metrics) and {"tokens_per_s", "mfu", "power.peak_to_mean",
@@ -182,7 +182,7 @@ def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
     start = time.monotonic()
     r = cli("compare", *paths)
     elapsed = time.monotonic() - start
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert "200 bundles in 1 group" in r.stdout and "and 197 more" in r.stdout
     assert elapsed < 5, f"compare of 200 bundles took {elapsed:.1f} s"
 
@@ -203,7 +203,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     out = tmp_path / "r" / "report.html"
     r = cli("report", str(H100), str(H200), str(runs["tp1a"]), str(runs["failed"]),
             str(profiled), "-o", str(out))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert r.stdout.strip() == str(out.resolve())
     text = out.read_text()
     sources = re.findall(r'src="([^"]*)"', text)
@@ -230,7 +230,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
 def test_markdown_report_links_every_figure(cli, runs, tmp_path):
     out = tmp_path / "report.md"
     r = cli("report", str(H100), str(runs["failed"]), "-o", str(out), "--markdown")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     text = out.read_text()
     links = re.findall(r"!\[[^\]]*\]\((report_figures/[^)]+\.png)\)", text)
     assert sorted(Path(link).stem for link in links) == sorted(

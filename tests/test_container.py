@@ -24,7 +24,7 @@ import pytest
 import kit
 from kit.container.detect import SHM_MIN_BYTES
 
-from .conftest import REPO, bundle_path, kit_cli
+from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 DEBIAN_PACKAGES = ("podman", "buildah", "mmdebstrap", "runc", "uidmap",
                    "containernetworking-plugins", "golang-github-containers-common")
@@ -86,7 +86,7 @@ def _env_pairs(runtime: str, image: str, flag: str) -> str:
 ])
 def test_container_dry_run_prints_the_exact_command(tmp_path, args, expected):
     r = run_sh("--container", *args, "--out", str(tmp_path), "--dry-run")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert r.stdout.strip().splitlines()[-1] == expected.format(o=tmp_path)
     assert not any(tmp_path.iterdir())  # a dry run starts nothing and writes nothing
 
@@ -96,7 +96,7 @@ def test_a_platform_file_is_bound_into_the_container(tmp_path):
     site = REPO / "tests" / "data" / "platforms" / "cpu-replay-h100.yaml"
     r = run_sh("--container", "--platform", str(site), "--container-runtime", "docker",
                "--image", "charllm-kit:cpu", "--out", str(tmp_path), "--dry-run")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert f" -v {site}:{site} " in r.stdout and f" --platform {site} --out {tmp_path}" in r.stdout
 
 
@@ -122,7 +122,7 @@ def test_container_show_reads_what_the_launcher_and_the_image_set():
                CHARLLM_IMAGE_REVISION="")
     r = subprocess.run([sys.executable, "-m", "kit", "container", "show"], capture_output=True,
                        text=True, cwd=REPO, env=env, timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     record = json.loads(r.stdout)
     shm = record.pop("shm_bytes")
     assert record == {"runtime": "pyxis", "image": "/images/kit.sqsh", "digest": "sha256:ab12",
@@ -150,7 +150,7 @@ def _install_missing_packages() -> None:
                 ["apt-get", "install", "-y", "--no-install-recommends", *DEBIAN_PACKAGES]):
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         _skip_if_unreachable(" ".join(cmd[:2]), r)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0, why_failed(r)
 
 
 def _containers_conf(folder: Path) -> Path:
@@ -184,18 +184,18 @@ def cpu_image(tmp_path_factory) -> tuple[str, dict[str, str]]:
     r = subprocess.run([str(REPO / "docker" / "debian-base.sh")], capture_output=True,
                        text=True, env=env, timeout=900)
     _skip_if_unreachable("docker/debian-base.sh", r)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, why_failed(r)[-3000:]
     base = r.stdout.strip().splitlines()[-1]
     r = subprocess.run(["podman", "run", "--rm", "--network", "host", base, "true"],
                        capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0 and ("not permitted" in r.stderr or "not supported" in r.stderr):
         pytest.skip(f"this host refuses what a container needs: {r.stderr.strip()[-300:]}")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     wheels = _cpu_torch_wheels()
     r = subprocess.run([str(REPO / "docker" / "build.sh"), "cpu", "--base", base,
                         *(["--wheels", wheels] if wheels else [])],
                        capture_output=True, text=True, env=env, timeout=1500)
-    assert r.returncode == 0, r.stderr[-5000:]
+    assert r.returncode == 0, why_failed(r)[-5000:]
     return r.stdout.strip().splitlines()[-1], env
 
 
@@ -210,7 +210,7 @@ def _rehash_manifest(bundle: Path, manifest: dict) -> None:
 
 def _image_checks(*bundles: Path) -> list[str]:
     r = kit_cli("compare", *map(str, bundles), "--format", "json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return [c["message"] for c in json.loads(r.stdout)["checks"] if c["kind"] == "image"]
 
 
@@ -235,7 +235,7 @@ def test_cpu_image_trains_and_its_bundle_verifies_on_the_host(cpu_image, tmp_pat
     bundle = bundle_path(r.stdout)
     assert bundle.parent == out  # bound at the same path: the printed path is the host's
     r = kit_cli("bundle", "verify", str(bundle))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["status"] == "ok"
     record = manifest["container"]
@@ -268,7 +268,7 @@ def test_the_image_detects_its_platform_and_a_small_dev_shm(cpu_image):
     r = subprocess.run(["podman", "run", "--rm", "--network", "host", "--shm-size", "64m", tag,
                         "container", "show"], capture_output=True, text=True, env=env,
                        timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     record = json.loads(r.stdout)  # no launcher: podman's `container` variable and the image's
     assert (record["runtime"], record["image"], record["flavour"]) == ("podman", None, "cpu")
     assert record["shm_bytes"] == 64 * 2**20

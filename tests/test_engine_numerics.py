@@ -13,7 +13,7 @@ import yaml
 from kit.errors import KitInputError
 from kit.spec.resolve import RunRequest, resolve
 
-from .conftest import bundle_path
+from .conftest import bundle_path, why_failed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_attention_and_layers_match_plain_references():
     # MHA + GELU + LayerNorm (gpt3-tiny) and GQA + SwiGLU + RMSNorm (llama-style), fp32 on CPU
     r = subprocess.run([sys.executable, "-m", "tests.layer_numerics", _free_port()], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, why_failed(r)[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert [row["check"] for row in rows] == [
         "gpt3-tiny attention", "gpt3-tiny layer", "gpt3-tiny bias-add qkv",
@@ -40,7 +40,7 @@ def test_attention_and_layers_match_plain_references():
 def test_a_tiny_model_learns(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--steps", "20", "--warmup", "1", "--telemetry-interval-ms", "0",
             "--out", str(tmp_path), timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = bundle_path(r.stdout)
     losses = [row["loss"] for row in pq.read_table(bundle / "steps.parquet").to_pylist()]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -93,7 +93,7 @@ def test_deepspeed_speed_features_are_its_own_and_default_on_nvidia_only():
 def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():
     r = subprocess.run([sys.executable, "-m", "tests.cross_entropy_parallel", _free_port()],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, why_failed(r)[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert [row["check"] for row in rows] == ["one rank loss", "one rank grad", "tp2 loss",
                                               "tp2 grad"]

@@ -13,7 +13,7 @@ from kit.bundle.verify import verify_bundle
 from kit.fabric.bandwidth import bus_factor, message_bytes
 from kit.launch.local import free_port
 
-from .conftest import REPO, bundle_path, kit_cli
+from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 
 def test_bus_factors_are_nccl_tests():
@@ -32,7 +32,7 @@ def fabric(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fabric")
     r = kit_cli("fabric", "--nproc", "3", "--sizes", "4K,256K", "--iters", "4", "--warmup",
                 "1", "--telemetry-interval-ms", "10", "--out", str(out), timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert "busbw (GB/s)" in r.stdout
     return bundle_path(r.stdout)
 
@@ -65,13 +65,13 @@ def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
 @pytest.mark.timeout(300)
 def test_compare_and_report_show_the_fabric_curve(fabric, tmp_path):
     r = kit_cli("compare", str(fabric), "--format", "json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     out = json.loads(r.stdout)
     assert [f["bundle"] for f in out["fabric"]] == [fabric.name]
     assert not any(c["kind"] == "partial" for c in out["checks"])
     report = tmp_path / "r.html"
     r = kit_cli("report", str(fabric), "-o", str(report))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert 'id="fabric-busbw"' in report.read_text()
 
 

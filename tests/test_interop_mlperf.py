@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, why_failed
 from .test_bundle_archive import H100, rehash
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,7 +47,7 @@ def points(events: list[dict]) -> dict:
 
 def export(cli, bundle: Path, *extra: str) -> list[dict]:
     r = cli("bundle", "export-mllog", str(bundle), *extra)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return parse_mllog(r.stdout)
 
 
@@ -129,7 +129,7 @@ def test_mllog_comm_precision_follows_what_travels_in_bf16(cli, tmp_path, change
 def test_system_desc_of_the_recorded_h100_run(cli, tmp_path):
     out = tmp_path / "h100_n1.json"
     r = cli("bundle", "system-desc", str(H100), "-o", str(out), "--org", "ExampleLab")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     desc = json.loads(out.read_text())
     assert desc["submitter"] == "ExampleLab" and desc["system_name"] == "h100_n1"
     assert desc["accelerator_model_name"] == "NVIDIA H100 80GB HBM3"
@@ -142,7 +142,7 @@ def test_system_desc_of_the_recorded_h100_run(cli, tmp_path):
 
 def test_system_desc_of_a_cpu_run(cli, cpu_bundle):
     r = cli("bundle", "system-desc", str(cpu_bundle))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     desc = json.loads(r.stdout)
     assert desc["accelerators_per_node"] == "0" and desc["accelerator_model_name"] == ""
     assert int(desc["host_processor_vcpu_count"]) > 0 and desc["system_name"] == "cpu_n1"

@@ -23,7 +23,7 @@ from mlperf_logging.mllog import constants
 
 from kit.interop import mllog_constants
 
-from .conftest import REPO, kit_cli
+from .conftest import REPO, kit_cli, why_failed
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,7 +57,7 @@ def bundle(request) -> Path:
 def export(command: str, bundle: Path, out: Path) -> Path:
     r = kit_cli("bundle", command, str(bundle), "-o", str(out), "--org", "ExampleLab",
                 timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return out
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 
-from .conftest import bundle_path, losses_by_rank
+from .conftest import bundle_path, losses_by_rank, why_failed
 
 # fp32 rounding differs between layouts (reduction order); a layout bug moves the loss far more
 # (the gloo batch_p2p_comm swap under interleaved PP changes the first loss by 1.5e-4).
@@ -24,7 +24,7 @@ REL = 1e-5
 
 def run_ok(cli, tmp_path: Path, *args: str) -> Path:
     r = cli("run", *args, "--steps", "2", "--warmup", "1", "--out", str(tmp_path))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = bundle_path(r.stdout)
     verify_bundle(bundle)
     return bundle

@@ -26,7 +26,7 @@ from kit.spec.loader import load_workload
 from kit.spec.resolve import RunRequest, resolve
 from kit.spec.run import RunConfig
 
-from .conftest import REPO
+from .conftest import REPO, why_failed
 
 
 def cfg_for(**kw):
@@ -275,7 +275,7 @@ def test_cli_refuses_a_run_that_cannot_fit_and_dry_run_reports_it(cli):
 
     # --dry-run resolves any platform and reports the estimate and the verdict without refusing
     r = cli("run", "gpt3-175b", "--platform", "h100", "--dry-run", "--json", timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     mem = json.loads(r.stdout)["memory_estimate"]
     assert mem["fits"] is False and mem["capacity_bytes"] == 80 * GIB
     assert mem["stages"][0]["parameters"] == 174_604_836_864  # 175B with the padded vocabulary
@@ -326,7 +326,7 @@ def test_activations_match_what_megatron_core_saves_for_backward(tmp_path):
     llama.write_text(LLAMA_STYLE_TINY)
     r = subprocess.run([sys.executable, "-m", "tests.saved_activations", "gpt3-tiny", str(llama),
                         "mixtral-tiny"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert [row["workload"] for row in rows] == ["gpt3-tiny", "llama-style-tiny", "mixtral-tiny"]
     for row in rows:

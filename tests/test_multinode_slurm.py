@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import slurm_cluster
-from tests.conftest import REPO, bundle_path, kit_cli
+from tests.conftest import REPO, bundle_path, kit_cli, why_failed
 
 RUN = [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2",
        "--launcher", "slurm", "--warmup", "1"]
@@ -48,7 +48,7 @@ def salloc_bundle(argv: list[str]) -> tuple[Path, dict]:
     """Run ``argv`` inside a 2-node salloc; its verified bundle, ended ok, and its manifest."""
     r = subprocess.run(["salloc", "-N2", "--ntasks-per-node=1", *argv],
                        capture_output=True, text=True, cwd=REPO, timeout=280)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = bundle_path(r.stdout)
     assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
     m = manifest(bundle)
@@ -156,7 +156,7 @@ def test_recovering_a_job_whose_node_0_agent_was_killed_keeps_the_job_id(slurm, 
     while (r := kit_cli("bundle", "recover", str(staging), timeout=60)).returncode == 2:
         assert "still run" in r.stderr and time.monotonic() < deadline, r.stderr
         time.sleep(1)  # node 0's orphaned ranks stop within their grace
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = Path(r.stdout.strip().splitlines()[-1])
     assert kit_cli("bundle", "verify", str(bundle)).returncode == 0
     m = manifest(bundle)
@@ -173,7 +173,7 @@ def test_submit_dry_run_prints_the_script(tmp_path):
     r = kit_cli("submit", "llama3-8b", "--platform", "h100", "--nodes", "4", "--tp", "8",
                 "--pp", "2", "--partition", "gpu", "--account", "proj", "--time", "02:00:00",
                 "--out", str(tmp_path), "--dry-run")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     lines = r.stdout.splitlines()
     for key in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
                 "#SBATCH --exclusive", "#SBATCH --time=02:00:00", "#SBATCH --partition=gpu",
@@ -202,7 +202,7 @@ def test_submit_refused_by_sbatch_is_one_line(slurm, tmp_path):
 def test_submit_wait_writes_a_bundle_with_the_script_and_job_id(slurm, tmp_path):
     r = kit_cli(*SUBMIT, "--steps", "3", "--partition", "ci", "--time", "10",
                 "--out", str(tmp_path), "--wait", timeout=280)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     job = r.stdout.split("submitted Slurm job ")[1].split(";")[0]
     assert f"job {job} RUNNING" in r.stderr
     bundle = bundle_path(r.stdout)
@@ -243,7 +243,7 @@ axes:
 
     r = subprocess.run([*args, "--resume"], cwd=REPO, capture_output=True, text=True,
                        timeout=360)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     points = json.loads(index.read_text())["points"]
     assert [p["job"] for p in points] == jobs  # followed or kept, not submitted again
     assert [p["status"] for p in points] == ["ok", "ok"]
@@ -256,7 +256,7 @@ axes:
 @pytest.mark.timeout(60)
 def test_submit_dry_run_json_is_the_script_as_data(tmp_path):
     r = kit_cli(*SUBMIT, "--out", str(tmp_path), "--dry-run", "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     answer = json.loads(r.stdout)
     assert answer["out"] == str(tmp_path)
     plain = kit_cli(*SUBMIT, "--out", str(tmp_path), "--dry-run")
@@ -273,7 +273,7 @@ def test_submit_json_answers_one_object_and_errors_as_json(slurm, tmp_path):
 
     r = kit_cli(*SUBMIT, "--steps", "3", "--partition", "ci", "--time", "10",
                 "--out", str(tmp_path), "--wait", "--json", timeout=280)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert r.stdout.count("\n") == 1  # one object; the progress lines went to stderr
     answer = json.loads(r.stdout)
     job = answer["job"]
@@ -288,7 +288,7 @@ def test_submit_json_answers_one_object_and_errors_as_json(slurm, tmp_path):
     assert "#SBATCH --nodes=2" in kept.splitlines()
 
     r = kit_cli(*SUBMIT, "--steps", "2", "--partition", "ci", "--out", str(tmp_path), "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     answer = json.loads(r.stdout)
     assert set(answer) == {"job", "out", "output", "script"} and answer["job"] != job
     subprocess.run(["scancel", answer["job"]], check=True)

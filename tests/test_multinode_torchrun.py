@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, bundle_path, kit_cli, rank_pid
+from tests.conftest import REPO, bundle_path, kit_cli, rank_pid, why_failed
 
 
 def free_port() -> int:
@@ -162,7 +162,7 @@ def test_a_killed_node_0_agent_leaves_a_staging_folder_that_bundle_recover_publi
     while (r := cli("bundle", "recover", str(staging), timeout=60)).returncode == 2:
         assert "still run" in r.stderr and time.monotonic() < deadline, r.stderr
         time.sleep(1)  # node 0's orphaned ranks stop within their grace
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = bundle_path(r.stdout)
     assert cli("bundle", "verify", str(bundle)).returncode == 0
     m = manifest(bundle)

@@ -12,7 +12,7 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 
-from .conftest import bundle_path, kit_cli, rank_pid, start_long_run, wait_for_steps
+from .conftest import bundle_path, kit_cli, rank_pid, start_long_run, wait_for_steps, why_failed
 
 SHORT = ("--steps", "2", "--warmup", "1", "--profile-steps", "1:3")
 
@@ -31,7 +31,7 @@ def tp2(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tp2")
     r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1",
                 "--profile-steps", "1", "--chakra", "--out", str(out), timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return bundle_path(r.stdout)
 
 
@@ -39,7 +39,7 @@ def tp2(tmp_path_factory) -> Path:
 def pp2(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pp2")
     r = kit_cli("run", "gpt3-tiny", "--pp", "2", *SHORT, "--out", str(out), timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return bundle_path(r.stdout)
 
 
@@ -92,9 +92,9 @@ def test_a_redacted_pack_leaves_the_binary_ets_out_and_keeps_their_redacted_sour
         tp2, tmp_path):
     archive = tmp_path / "r.tar.gz"
     r = kit_cli("bundle", "pack", str(tp2), "--redact", "-o", str(archive))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     r = kit_cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     redacted = Path(r.stdout.strip())
     assert sorted(p.name for p in (redacted / "profile" / "chakra").iterdir()) == [
         "rank0.host_et.json", "rank1.host_et.json"]
@@ -120,7 +120,7 @@ def test_pp2_bubble_is_measured_beside_the_analytical_one(pp2):
             assert bubble["analytical_frac"] == pytest.approx(1 / (m + 1))
             assert 0 < bubble["idle_s"] < bubble["window_s"] <= step["window_s"]
     r = kit_cli("compare", str(pp2))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert "profiled time by category" in r.stdout and "/ 20.0%" in r.stdout
 
 
@@ -142,7 +142,7 @@ def test_a_run_that_fails_mid_profile_publishes_a_bundle_that_reads(tmp_path):
     assert steps[:2] == [1, 2]  # the steps that completed; not the one that broke
     report = tmp_path / "report.html"
     r = kit_cli("report", str(bundle), "-o", str(report))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert 'id="profile-breakdowns"' in report.read_text()
 
 

@@ -25,6 +25,7 @@ from .conftest import (
     rank_pid,
     start_long_run,
     wait_for_steps,
+    why_failed,
 )
 
 
@@ -36,7 +37,7 @@ def tp2_bundle(tmp_path_factory):
          "--warmup", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     return bundle_path(r.stdout), r
 
 
@@ -90,7 +91,7 @@ def test_tp2_matches_tp1_loss(tp2_bundle, gpt3_tiny_reference):
 def test_tp2_dp2_runs_four_ranks(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--tp", "2", "--dp", "2", "--steps", "3", "--warmup", "1",
             "--out", str(tmp_path))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = bundle_path(r.stdout)
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())

@@ -15,7 +15,7 @@ import pytest
 from kit.bundle.reader import read_bundle
 from kit.bundle.verify import verify_bundle
 
-from .conftest import bundle_path, kit_cli, losses_by_rank
+from .conftest import bundle_path, kit_cli, losses_by_rank, why_failed
 
 STEPS = ("--steps", "2", "--warmup", "1")
 FP32_REL = 1e-5
@@ -30,7 +30,7 @@ def deepspeed_run(out: Path, *args: str) -> Path:
     workload = args[0] if args and not args[0].startswith("-") else "gpt3-tiny"
     rest = args[1:] if args and not args[0].startswith("-") else args
     r = kit_cli("run", workload, "--engine", "deepspeed", *rest, *STEPS, "--out", str(out))
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, why_failed(r)[-3000:]
     bundle = bundle_path(r.stdout)
     verify_bundle(bundle)
     return bundle

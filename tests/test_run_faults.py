@@ -20,7 +20,15 @@ from kit.bundle.verify import verify_bundle
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.rankfile import RankResult
 
-from .conftest import REPO, bundle_path, kit_cli, losses_by_rank, start_long_run, wait_for_steps
+from .conftest import (
+    REPO,
+    bundle_path,
+    kit_cli,
+    losses_by_rank,
+    start_long_run,
+    wait_for_steps,
+    why_failed,
+)
 
 
 def manifest(bundle: Path) -> dict:
@@ -145,7 +153,7 @@ def test_a_killed_launcher_takes_its_ranks_along_and_its_staging_is_recovered(tm
     r = subprocess.run(["unshare", "-ru", "sh", "-c", f"hostname elsewhere && exec "
                         f"{sys.executable} -m kit bundle recover {staging}"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     m = manifest(bundle)
@@ -216,7 +224,7 @@ def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
 
     filler.unlink()
     r = kit_cli("bundle", "recover", str(staging), timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     m = manifest(bundle)

@@ -7,6 +7,8 @@ import pytest
 from kit.errors import KitInputError
 from kit.spec.resolve import RunRequest, resolve
 
+from .conftest import why_failed
+
 
 def violation(**kw) -> str:
     with pytest.raises(KitInputError) as e:
@@ -193,7 +195,7 @@ def test_invalid_yaml_is_one_line(cli, tmp_path):
 def test_dry_run_json_prints_resolved_config_or_error(cli):
     r = cli("run", "mixtral-8x7b", "--platform", "h200", "--nodes", "4", "--tp", "2", "--ep", "4",
             "--sp", "--dry-run", "--json", timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     cfg = json.loads(r.stdout)
     assert cfg["parallel"] == {"tp": 2, "pp": 1, "dp": 16, "cp": 1, "ep": 4, "vpp": None,
                                "sp": True, "moe_dispatcher": "alltoall"}

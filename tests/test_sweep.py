@@ -11,7 +11,7 @@ from kit.errors import KitInputError
 from kit.sweep.plan import plan_sweep
 from kit.sweep.spec import load_sweep
 
-from .conftest import REPO
+from .conftest import REPO, why_failed
 
 SWEEPS = REPO / "sweeps"
 EVIDENCE_SWEEPS = REPO / "benchmarks" / "parallel"
@@ -79,14 +79,14 @@ def test_study_sweeps_share_their_layouts(platform):
 
 def test_point_ids_keep_the_workload_name(cli):
     r = cli("sweep", str(EVIDENCE_SWEEPS / "h200x4-matrix.yaml"), "--dry-run")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert "001-gpt3-1.3b-tp2-pp2-sp-recompute-none" in r.stdout
     assert "004-mixtral-8x7b-4l-ep4-mb1-recompute-full" in r.stdout
 
 
 def test_dry_run_lists_points_with_reasons(cli):
     r = cli("sweep", str(SWEEPS / "h200-optimization.yaml"), "--dry-run")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     lines = r.stdout.splitlines()
     assert any(ln.startswith("013-gpt3-175b-tp1-pp32") and "skipped" in ln
                and "predicted not to fit" in ln for ln in lines)
@@ -164,7 +164,7 @@ def test_a_wrong_axis_value_skips_only_its_point(cli, tmp_path):
     f = tmp_path / "axis.yaml"
     f.write_text("base: {platform: cpu}\naxes: [{product: {workload: [gpt3-tiny, gpt3-tyni]}}]\n")
     r = cli("sweep", str(f), "--dry-run", "--out", str(tmp_path / "out"), timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert "2 points: 1 valid, 1 skipped" in r.stdout
     assert "unknown workload 'gpt3-tyni'" in r.stdout
 
@@ -185,7 +185,7 @@ def smoke(tmp_path_factory):
 
 def test_cpu_sweep_runs_every_point(smoke):
     folder, r = smoke
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert Path(r.stdout.strip().splitlines()[-1]) == folder.resolve()
     assert "point 4/4 004-tp2-mb2: running" in r.stderr
     assert "tokens/s" in r.stdout and "energy/token" in r.stdout
@@ -218,7 +218,7 @@ def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
     unknown = sorted(before)[0]  # its recorded settings are unreadable: it must run again
     (folder / unknown / "request.json").write_text("{not json")
     r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     assert r.stderr.count("kept (ok, bundle verifies)") == 2
     assert "point 3/4 003-tp2-mb1: running" in r.stderr
     assert f"point 1/4 {unknown}: running" in r.stderr
@@ -285,7 +285,7 @@ def test_dry_run_with_launcher_slurm_shows_each_valid_points_job(cli, tmp_path):
     out = tmp_path / "out"
     slurm = ["--launcher", "slurm", "--container-runtime", "none", "--partition", "ci"]
     r = cli("sweep", str(f), "--dry-run", *slurm, "--out", str(out), timeout=120)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     point_dir = out.absolute() / "two-jobs" / "001-seed1-tp2"
     row = next(ln for ln in r.stdout.splitlines() if ln.startswith("001-seed1-tp2"))
     assert f"sbatch charllm-001-seed1-tp2, 2 node(s) -> {point_dir}/" in row

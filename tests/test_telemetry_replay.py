@@ -13,7 +13,7 @@ from kit.errors import BundleError
 from kit.telemetry.replay import ReplaySource
 from kit.telemetry.sampler import TelemetrySampler
 
-from .conftest import REPO
+from .conftest import REPO, why_failed
 
 TRACE = "tests/data/traces/h100-gpt3-1.3b.parquet"
 
@@ -79,7 +79,7 @@ def test_replay_loops_keep_cumulative_counters_counting():
 def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--platform", "tests/data/platforms/cpu-replay-h100.yaml",
             "--tp", "2", "--steps", "4", "--warmup", "1", "--out", str(tmp_path))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     tele = pq.read_table(bundle / "telemetry.parquet").to_pylist()
@@ -103,7 +103,7 @@ def test_a_broken_backend_leaves_the_run_and_bundle_intact(cli, tmp_path):
     )
     r = cli("run", "gpt3-tiny", "--platform", str(platform), "--steps", "2", "--warmup", "1",
             "--out", str(tmp_path / "out"))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, why_failed(r)
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     notes = json.loads((bundle / "metrics.json").read_text())["notes"]
