@@ -49,7 +49,14 @@ and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
 * **Megatron-FSDP.** Its gradient reduction fuses the division into NCCL's ``PREMUL_SUM``,
   which gloo lacks; the engine turns that fusion off on CPU (scale, then sum: the same
   result). Its DTensor meshes say ``device_type="cuda"`` but are built from gloo groups
-  (``DeviceMesh.from_group``) and hold CPU tensors, which works as it is.
+  (``DeviceMesh.from_group``) and hold CPU tensors, which works as it is. Its parameter
+  all-gathers are made synchronous (:func:`_patch_megatron_fsdp_gathers`): full sharding
+  always issues them asynchronously (prefetching the next units and, after each optimizer
+  step, the next step's), and over gloo that corrupted a rank's heap (SIGABRT:
+  ``malloc(): unaligned tcache chunk detected``, ``free(): invalid size``) in 8 of 12 runs of
+  40 to 80 steps (DP2 and TP2 x DP2, megatron-core 0.16.1, torch 2.13, a 2-core host), against
+  0 of 8 runs of 60 to 80 steps with synchronous gathers. The gathered values are the same;
+  on a CPU the overlap bought nothing (gloo's threads and the compute share the cores).
 
 The causal attention mask needs no patch here: the kit's ``SDPAttention`` is causal by itself
 and ignores ``attention_mask``, so megatron never builds its mask (on cuda) for it.
@@ -58,6 +65,7 @@ Nothing here changes the math: the same torch kernels run, only their device cha
 """
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -253,6 +261,25 @@ def _patch_moe() -> None:
             module.maybe_move_tensor_to_cpu = _host_splits  # type: ignore[attr-defined]
 
 
+def _patch_megatron_fsdp_gathers() -> None:
+    """Megatron-FSDP's parameter all-gathers wait for their data before returning."""
+    from megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer import (
+        AllGatherPipeline,
+    )
+
+    gather = AllGatherPipeline.all_gather_params
+    if getattr(gather, "_kit_synchronous", False):
+        return
+
+    @functools.wraps(gather)
+    def synchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["async_param_gather"] = False
+        return gather(self, *args, **kwargs)
+
+    synchronous._kit_synchronous = True  # type: ignore[attr-defined]
+    AllGatherPipeline.all_gather_params = synchronous  # type: ignore[method-assign]
+
+
 def cpu_config_overrides() -> dict[str, Any]:
     """``TransformerConfig`` settings the CPU path needs (see the module docstring)."""
     return {"batch_p2p_comm": False, "use_cpu_initialization": True,
@@ -265,4 +292,5 @@ def apply_cpu_compat() -> CudaToCpuMode:
     _patch_rng_tracker()
     _patch_moe()
     _patch_uneven_collectives()
+    _patch_megatron_fsdp_gathers()
     return CudaToCpuMode()

@@ -9,6 +9,7 @@ assumes CUDA, and weights are drawn layout-invariantly
 """
 
 import os
+import warnings
 from functools import partial
 from typing import Any
 
@@ -176,17 +177,10 @@ class MegatronEngine(Engine):
         assert cfg is not None
         o = cfg.optim
         sharded_optimizer = o.dist_optimizer or o.fsdp
-        # Megatron-FSDP frees a parameter bucket's storage between uses. On CUDA the caching
-        # allocator keeps it until the gather's stream is done; on CPU nothing does, so an
-        # overlapped (async) gloo all-gather may still write into a freed bucket: the likely
-        # cause of a rare heap corruption ("corrupted double-linked list", TP2 x DP2 on a
-        # loaded 2-core host). So on CPU Megatron-FSDP gathers parameters synchronously.
-        gather_overlap = o.overlap and sharded_optimizer and not (
-            o.fsdp and cfg.platform.is_cpu)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=o.overlap,
-            overlap_param_gather=gather_overlap,
+            overlap_param_gather=o.overlap and sharded_optimizer,
             use_distributed_optimizer=sharded_optimizer,
             bucket_size=40_000_000 if o.overlap else None,
             **(adapter.megatron_fsdp_ddp_config_kwargs(cfg.platform.is_cpu) if o.fsdp else {}),
@@ -194,10 +188,6 @@ class MegatronEngine(Engine):
         wrapper = adapter.megatron_fsdp_wrapper() if o.fsdp else DistributedDataParallel
         features = self._features
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
-        if o.overlap and o.fsdp and not gather_overlap:
-            self._speed_notes.append("--overlap on cpu: Megatron-FSDP gathers parameters "
-                                     "synchronously (an overlapped gloo gather can write into "
-                                     "a bucket already freed); gradient reduction overlaps")
         wrapped = []
         for i, chunk in enumerate(chunks):
             if not cfg.platform.is_cpu:
@@ -278,7 +268,13 @@ class MegatronEngine(Engine):
                  *self._speed_notes]
         if self.cfg is not None and self.cfg.optim.fsdp:
             notes.append("data parallel: megatron-core Megatron-FSDP (optim_grads_params: "
-                         "parameters, gradients and optimizer states sharded over DP)")
+                         "parameters, gradients and optimizer states sharded over DP; it "
+                         "overlaps parameter all-gathers and gradient reduce-scatters with "
+                         "compute whether or not --overlap is given)")
+            if self.cfg.platform.is_cpu:
+                notes.append("cpu: Megatron-FSDP's parameter all-gathers are synchronous "
+                             "(kit.engines.megatron.cpu_compat): asynchronous gloo gathers "
+                             "corrupted the heap of rank processes")
         if self.cfg is not None and self.cfg.platform.is_cpu:
             notes.append(
                 "cpu: megatron-core with kit.engines.megatron.cpu_compat over gloo; "
@@ -290,8 +286,19 @@ class MegatronEngine(Engine):
         )
 
     def teardown(self) -> None:
-        """Destroy process groups."""
+        """Finish in-flight collectives, then destroy process groups.
+
+        Megatron-FSDP starts the next step's parameter all-gathers asynchronously right after
+        each optimizer step; after the last step nobody waits for them, so they are drained
+        here before their groups and buffers go away.
+        """
         from megatron.core import parallel_state as ps
+
+        if self.cfg is not None and self.cfg.optim.fsdp:
+            with warnings.catch_warnings():  # "still pending all-gather tasks": expected here
+                warnings.filterwarnings("ignore", message="There are still pending")
+                for chunk in self.model:
+                    chunk.stop_communication()
 
         if self._graph is not None:
             self._graph.release()
