@@ -55,8 +55,9 @@ and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
   step, the next step's), and over gloo that corrupted a rank's heap (SIGABRT:
   ``malloc(): unaligned tcache chunk detected``, ``free(): invalid size``) in 8 of 12 runs of
   40 to 80 steps (DP2 and TP2 x DP2, megatron-core 0.16.1, torch 2.13, a 2-core host), against
-  0 of 8 runs of 60 to 80 steps with synchronous gathers. The gathered values are the same;
-  on a CPU the overlap bought nothing (gloo's threads and the compute share the cores).
+  0 of 11 runs of 60 to 80 steps with synchronous gathers (mixtral-tiny DP2 among them). The
+  gathered values are the same; on a CPU the overlap bought nothing (gloo's threads and the
+  compute share the cores).
 
 The causal attention mask needs no patch here: the kit's ``SDPAttention`` is causal by itself
 and ignores ``attention_mask``, so megatron never builds its mask (on cuda) for it.
