@@ -18,9 +18,9 @@ import torch.distributed as dist
 
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
+from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron import adapter, speed
 from kit.engines.megatron.context_parallel import batch_on_this_rank
-from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.spec.run import RunConfig
