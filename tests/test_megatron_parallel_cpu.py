@@ -101,18 +101,16 @@ def test_dp2_megatron_fsdp_matches_one_process(cli, tmp_path, gpt3_tiny_referenc
 def test_tp2_dp2_megatron_fsdp_with_overlap_matches_one_process(
     cli, tmp_path, gpt3_tiny_reference
 ):
-    """FSDP over DP with TP inside each replica; Megatron-FSDP overlaps its collectives with or
-    without --overlap, and the notes say so."""
+    """FSDP over DP with TP inside each replica; on CPU its parameter all-gathers are
+    synchronous, and the notes say so."""
     bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--tp", "2", "--dp", "2", "--fsdp", "--overlap")
     losses = losses_by_rank(bundle)
     assert losses[0] == losses[1] and losses[2] == losses[3]  # TP peers share a replica's loss
     mean = [(a + b) / 2 for a, b in zip(losses[0], losses[2], strict=True)]
     assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
     notes = json.loads((bundle / "metrics.json").read_text())["notes"]
-    assert any("Megatron-FSDP" in n and "whether or not --overlap is given" in n
-               for n in notes), notes
-    assert any(n.startswith("cpu: Megatron-FSDP's parameter all-gathers are synchronous")
-               for n in notes), notes
+    assert any(n.startswith("data parallel: megatron-core Megatron-FSDP")
+               and "on cpu its parameter all-gathers are synchronous" in n for n in notes), notes
 
 
 def test_megatron_fsdp_survives_many_steps_over_gloo(cli, tmp_path):

@@ -267,14 +267,13 @@ class MegatronEngine(Engine):
         notes = ["core attention: torch scaled_dot_product_attention (kit SDPAttention)",
                  *self._speed_notes]
         if self.cfg is not None and self.cfg.optim.fsdp:
+            overlap = ("on cpu its parameter all-gathers are synchronous "
+                       "(kit.engines.megatron.cpu_compat: asynchronous gloo gathers corrupted "
+                       "the heap of rank processes)" if self.cfg.platform.is_cpu else
+                       "it overlaps parameter all-gathers and gradient reduce-scatters with "
+                       "compute whether or not --overlap is given")
             notes.append("data parallel: megatron-core Megatron-FSDP (optim_grads_params: "
-                         "parameters, gradients and optimizer states sharded over DP; it "
-                         "overlaps parameter all-gathers and gradient reduce-scatters with "
-                         "compute whether or not --overlap is given)")
-            if self.cfg.platform.is_cpu:
-                notes.append("cpu: Megatron-FSDP's parameter all-gathers are synchronous "
-                             "(kit.engines.megatron.cpu_compat): asynchronous gloo gathers "
-                             "corrupted the heap of rank processes")
+                         f"parameters, gradients and optimizer states sharded over DP); {overlap}")
         if self.cfg is not None and self.cfg.platform.is_cpu:
             notes.append(
                 "cpu: megatron-core with kit.engines.megatron.cpu_compat over gloo; "
