@@ -47,15 +47,25 @@ class EngineSpec(ABC):
         requires: Importable module -> how to install it, checked for a real run.
         options: RunRequest fields that only this engine takes, each with the one-line message
             that refuses it when another engine is selected.
+        speed_features: The names ``--speed`` takes for this engine.
     """
 
     name: ClassVar[str]
     requires: ClassVar[dict[str, str]] = {}
     options: ClassVar[dict[str, str]] = {}
+    speed_features: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def violations(self, cfg: RunConfig) -> list[str]:
         """Why this engine cannot run ``cfg`` (empty when it can), one line each."""
+
+    def unknown_speed(self, cfg: RunConfig) -> list[str]:
+        """The line refusing ``--speed`` names this engine does not have (empty if none)."""
+        unknown = sorted(set(cfg.speed or ()) - set(self.speed_features))
+        if not unknown:
+            return []
+        return [f"--speed: unknown feature(s) {', '.join(unknown)} for the {self.name} engine; "
+                f"known: {', '.join(self.speed_features)} (or none)"]
 
     def missing(self) -> list[str]:
         """Why the engine's packages cannot be imported here (empty when they can)."""

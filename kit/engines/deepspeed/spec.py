@@ -19,6 +19,7 @@ class DeepSpeedSpec(EngineSpec):
     """DeepSpeed: ZeRO stages 0-3 with optional offload, and its pipeline engine."""
 
     name = "deepspeed"
+    speed_features = SPEED_FEATURES
     requires = {"deepspeed": "./run.sh installs it, or run DS_BUILD_OPS=0 pip install "
                              "--no-build-isolation -e '.[deepspeed]'"}
     options = {
@@ -56,10 +57,7 @@ class DeepSpeedSpec(EngineSpec):
         if o.recompute == "selective":
             out.append("--recompute selective is megatron's (attention core only); the deepspeed "
                        "engine recomputes whole layers: use --recompute full")
-        unknown = sorted(set(cfg.speed or ()) - set(SPEED_FEATURES))
-        if unknown:
-            out.append(f"--speed: unknown feature(s) {', '.join(unknown)} for the deepspeed "
-                       f"engine; known: {', '.join(SPEED_FEATURES)} (or none)")
+        out.extend(self.unknown_speed(cfg))
         if o.overlap and o.zero == 0:
             out.append("--overlap with --engine deepspeed overlaps ZeRO's reduce and gather with "
                        "compute; use it with --zero 1, 2 or 3")

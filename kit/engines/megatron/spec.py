@@ -15,6 +15,7 @@ class MegatronSpec(EngineSpec):
     and Megatron-FSDP. A dependency of the kit itself, so nothing extra to install."""
 
     name = "megatron"
+    speed_features = SPEED_FEATURES
     options = {
         "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
         "fsdp": "--fsdp is megatron's; with --engine deepspeed use --zero 3",
@@ -28,11 +29,7 @@ class MegatronSpec(EngineSpec):
         if cfg.workload.is_moe and p.tp > 1 and not p.sp:
             out.append("a mixture-of-experts workload with --tp > 1 needs --sp: megatron-core "
                        "requires sequence parallelism for MoE layers under tensor parallelism")
-        unknown = sorted(set(cfg.speed or ()) - set(SPEED_FEATURES))
-        if unknown:
-            out.append(f"--speed: unknown feature(s) {', '.join(unknown)} for the megatron "
-                       f"engine; known: "
-                       f"{', '.join(SPEED_FEATURES)} (or none)")
+        out.extend(self.unknown_speed(cfg))
         w = cfg.workload
         if "grouped_gemm" in (cfg.speed or ()) and w.is_moe and w.add_bias_linear:
             out.append("--speed grouped_gemm: the grouped experts have no biases; this MoE "
