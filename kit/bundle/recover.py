@@ -16,7 +16,7 @@ they ended).
 import socket
 from pathlib import Path
 
-from kit.bundle.assemble import RunEnd, assemble_bundle, read_sampler_report
+from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report
 from kit.bundle.writer import SUMS_NAME, BundleStaging
 from kit.errors import BundleError, KitInputError
 from kit.launch.rankfile import (
@@ -24,15 +24,21 @@ from kit.launch.rankfile import (
     LAUNCHER_FILE,
     SCRATCH,
     LauncherRecord,
+    NodeRecord,
     read_config,
     read_launcher_record,
     running_ranks,
 )
 from kit.spec.run import RunConfig
+from kit.telemetry.sampler import SamplerReport
 
-RECOVERED_NOTE = ("recovered from the staging folder by `charllm-kit bundle recover`: rank exit "
-                  "codes and times were not seen; steps and telemetry are those written before "
-                  "the launcher died")
+UNSEEN_EXITS = "rank exit codes and times were not seen"
+
+
+def _recovered_note(exits: str) -> str:
+    """The note every recovered bundle carries; ``exits`` says where its ranks' ends came from."""
+    return (f"recovered from the staging folder by `charllm-kit bundle recover`: {exits}; "
+            "steps and telemetry are those written before the launcher died")
 
 
 def recover_bundle(path: Path) -> Path:
@@ -59,25 +65,38 @@ def recover_bundle(path: Path) -> Path:
         cfg = read_config(staging.path)
     except ValueError as e:
         raise BundleError(f"{path}: {str(e).splitlines()[0]}") from None
-    _refuse_while_running(staging.path, launcher, cfg)
+    records = None
     if cfg.nodes > 1:
-        return _recover_nodes(staging, cfg, launcher)
+        from kit.launch.node_merge import read_node_records
+
+        records = read_node_records(staging.path, cfg.nodes)
+    _refuse_while_running(staging.path, launcher, records)
+    if records is not None:
+        return _recover_nodes(staging, cfg, launcher, records)
     end = RunEnd(
         "failed",
         f"launcher was killed (or could not write the bundle): pid {launcher.pid} on "
         f"{launcher.host} ended without publishing it",
-        notes=[RECOVERED_NOTE, *_elsewhere_note(launcher)],
+        notes=[_recovered_note(UNSEEN_EXITS), *_elsewhere_note(launcher)],
     )
-    report = read_sampler_report(staging.chunks_dir)
+    return _publish(staging, cfg, launcher, end, read_sampler_report(staging.chunks_dir))
+
+
+def _publish(staging: BundleStaging, cfg: RunConfig, launcher: LauncherRecord, end: RunEnd,
+             report: SamplerReport | None, nodes: list[NodeData] | None = None,
+             job: str | None = None) -> Path:
+    """Assemble and publish the recovered bundle through the live run's code."""
     why = "no telemetry was recorded before the launcher died" if report is None else (
         "no source read it")
-    bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why)
+    bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why, nodes, job)
     return bundle
 
 
 def _elsewhere_note(launcher: LauncherRecord) -> list[str]:
-    """A note when the host recovering is not the launcher's: the inventory and container
-    recorded are then this host's, not the run's."""
+    """A note when the host recovering is not the launcher's.
+
+    The inventory and container recorded are then this host's, not the run's.
+    """
     here = socket.gethostname()
     if launcher.host == here:
         return []
@@ -85,8 +104,11 @@ def _elsewhere_note(launcher: LauncherRecord) -> list[str]:
             f"facts and the container record are {here}'s"]
 
 
-def _refuse_while_running(path: Path, launcher: LauncherRecord, cfg: RunConfig) -> None:
-    """Refuse while the launcher, another node's agent or a rank of the run runs on this host.
+def _refuse_while_running(path: Path, launcher: LauncherRecord,
+                          records: list[NodeRecord | None] | None) -> None:
+    """Refuse while the launcher, another node's agent or a rank of the run runs here.
+
+    ``records`` are the nodes' records of a multi-node run, else None.
 
     Raises:
         KitInputError: One of them still runs: recovering now would race it.
@@ -95,44 +117,35 @@ def _refuse_while_running(path: Path, launcher: LauncherRecord, cfg: RunConfig) 
     if launcher.pid in alive:
         raise KitInputError(f"{path}: its launcher (pid {launcher.pid}) is still running; it "
                             "publishes the bundle itself when it ends")
-    if cfg.nodes > 1:
-        from kit.launch.node_merge import read_node_records
-
-        for rec in read_node_records(path, cfg.nodes):
-            if rec is not None and rec.node != 0 and rec.agent_alive():
-                raise KitInputError(
-                    f"{path}: node {rec.node}'s agent (pid {rec.pid}) is still running; it "
-                    "ends by itself once its ranks stop or node 0's rendezvous is gone "
-                    "(within --rdzv-timeout): retry then")
+    for rec in records or ():
+        if rec is not None and rec.node != 0 and rec.agent_alive():
+            raise KitInputError(
+                f"{path}: node {rec.node}'s agent (pid {rec.pid}) is still running; it "
+                "ends by itself once its ranks stop or node 0's rendezvous is gone "
+                "(within --rdzv-timeout): retry then")
     ranks = sorted(set(alive) | set(running_ranks(path)))
     if ranks:
         raise KitInputError(f"{path}: ranks of the dead launcher still run (pids "
                             f"{', '.join(map(str, ranks))}); they stop within seconds: retry then")
 
 
-def _recover_nodes(staging: BundleStaging, cfg: RunConfig, launcher: LauncherRecord) -> Path:
+def _recover_nodes(staging: BundleStaging, cfg: RunConfig, launcher: LauncherRecord,
+                   records: list[NodeRecord | None]) -> Path:
     """Publish a multi-node staging folder whose node 0 agent died before publishing."""
-    from kit.launch.node_merge import node_exits, node_parts, read_node_records, where
+    from kit.launch.node_merge import node_exits, node_parts, where
 
-    records = read_node_records(staging.path, cfg.nodes)
     nodes = node_parts(staging.chunks_dir, records, [None] * cfg.nodes)
     ended = [k for k, rec in enumerate(records) if rec is not None and rec.ended]
     silent = [k for k in range(1, cfg.nodes) if k not in ended]  # node 0's death: the headline
     error = (f"{where(0, nodes)}: its agent (pid {launcher.pid} on {launcher.host}), which "
              "publishes the bundle, was killed (or could not write the bundle) without "
              "publishing it")
-    notes = [RECOVERED_NOTE.replace("rank exit codes and times were not seen",
-                                    "exit codes and times are those the nodes' agents "
-                                    f"recorded (nodes {', '.join(map(str, ended))})"
-                                    if ended else "rank exit codes and times were not seen")]
+    notes = [_recovered_note("exit codes and times are those the nodes' agents recorded "
+                             f"(nodes {', '.join(map(str, ended))})" if ended else UNSEEN_EXITS)]
     if silent:
         notes.append(f"nodes {', '.join(map(str, silent))} recorded no end: their agents died "
                      "too, or ran on until after this recovery")
     notes += [n for k in ended for n in records[k].notes]  # type: ignore[union-attr]
     end = RunEnd("failed", error, node_exits(records, nodes), notes)
-    report = nodes[0].report
-    why = "no telemetry was recorded before the launcher died" if report is None else (
-        "no source read it")
     job = next((rec.slurm_job_id for rec in records if rec and rec.slurm_job_id), None)
-    bundle, _ = assemble_bundle(staging, cfg, launcher.command, end, report, why, nodes, job)
-    return bundle
+    return _publish(staging, cfg, launcher, end, nodes[0].report, nodes, job)
