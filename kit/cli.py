@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -22,6 +22,9 @@ from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
+
+if TYPE_CHECKING:
+    from kit.sweep.spec import SweepSpec
 
 POSITIVE = click.IntRange(min=1)
 
@@ -168,8 +171,8 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
                               "output": str(job_output(out, job_id)),
                               "script": str(keep_script(out, job_id, script))}
     if not as_json:
-        click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {out.resolve()} "
-                   f"(the job's output: {job_output(out, job_id)})")
+        click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {answer['out']} "
+                   f"(the job's output: {answer['output']})")
     if not wait:
         if as_json:
             click.echo(json.dumps(answer))
@@ -279,7 +282,7 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
         sys.exit(1)
 
 
-def _sweep_dry_run(spec: Any, out: Path, job: JobOptions | None, as_json: bool) -> None:
+def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json: bool) -> None:
     """Print the plan; with ``job`` (``--launcher slurm``) as the real sweep would submit it."""
     from kit.sweep.jobs import planned_jobs, slurm_sweep
     from kit.sweep.plan import plan_sweep

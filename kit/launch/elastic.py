@@ -4,7 +4,8 @@ The agent is torch.distributed.elastic's ``LocalElasticAgent``, as ``torchrun`` 
 the static rendezvous (``--node-rank`` fixes each node's place, so node K holds ranks
 K x per-node .. ) on node 0's endpoint, and no restarts: a failed rank ends the run, whose bundle
 says so. Each rank is the kit's worker (kit.launch.worker; kit.fabric.worker for the fabric
-benchmark) with its output in ``logs/rank<N>.log``; the agent sets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and MASTER_ADDR.
+benchmark) with its output in ``logs/rank<N>.log``; the agent sets RANK, LOCAL_RANK,
+GROUP_RANK, WORLD_SIZE and MASTER_ADDR.
 
 SIGINT and SIGTERM stay with the kit's signal counter (the agent handles only SIGHUP and
 SIGQUIT its own way): a watcher thread forwards the first as SIGTERM to the ranks, which stop
@@ -110,7 +111,9 @@ class _Watcher(threading.Thread):
         self._interrupts, self._outcome, self._on_poll = interrupts, outcome, on_poll
 
     def _note_exits(self) -> None:
-        for proc in _workers(self._worker) if len(self._pids) < self._ranks else ():  # not all started yet
+        """Learn the ranks' pids until all started, and stamp those that ended since."""
+        starting = len(self._pids) < self._ranks
+        for proc in _workers(self._worker) if starting else ():
             try:
                 self._pids.setdefault(int(proc.environ().get("RANK", "-1")), proc.pid)
             except psutil.Error:
@@ -187,9 +190,9 @@ def launch_elastic(
 ) -> LaunchOutcome:
     """Run this node's ranks of ``cfg`` under torch's elastic agent and wait for them.
 
-    ``interrupts`` must be active around the call; each rank runs ``python -m <worker>``. Exit times of failed ranks are when the
-    watcher saw them end (:func:`_failure_exits`), else the whole second torch's agent stamped;
-    of ranks that succeeded, the end of the run.
+    ``interrupts`` must be active around the call; each rank runs ``python -m <worker>``.
+    Exit times of failed ranks are when the watcher saw them end (:func:`_failure_exits`), else
+    the whole second torch's agent stamped; of ranks that succeeded, the end of the run.
 
     Raises:
         Exception: Whatever the agent raised (a rendezvous that failed); the caller records it.

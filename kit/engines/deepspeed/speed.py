@@ -24,6 +24,10 @@ DEFAULT = frozenset(SPEED_FEATURES)
 """On by default on NVIDIA GPUs: together 4.5% faster at ZeRO-1 on one H100
 (``benchmarks/deepspeed/results/speed-h100.txt``)."""
 
+DEFAULT_AMD = frozenset({"cross_entropy"})
+"""On ROCm only the fused cross-entropy: ``compile`` of the blocks was measured on CUDA only (no
+AMD GPU was reachable), so it stays off until a ROCm run shows it pays."""
+
 
 def compile_blockers(cfg: RunConfig) -> list[str]:
     """Why ``compile`` stays out of this layout's default set (empty when it is in).
@@ -38,10 +42,6 @@ def compile_blockers(cfg: RunConfig) -> list[str]:
         (cfg.parallel.pp > 1, "DeepSpeed's pipeline engine (not measured)"),
         (cfg.workload.is_moe, "mixture of experts (not measured)"),
     ) if blocked]
-
-DEFAULT_AMD = frozenset({"cross_entropy"})
-"""On ROCm only the fused cross-entropy: ``compile`` of the blocks was measured on CUDA only (no
-AMD GPU was reachable), so it stays off until a ROCm run shows it pays."""
 
 
 def enabled(cfg: RunConfig) -> frozenset[str]:
