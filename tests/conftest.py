@@ -51,6 +51,16 @@ def why_failed(r: subprocess.CompletedProcess) -> str:
     return "\n".join(lines)
 
 
+def recover_once_stopped(staging: Path, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """``bundle recover STAGING``, retried while it refuses because processes of the run still
+    stop (orphaned ranks end within their grace); fails the test past ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (r := kit_cli("bundle", "recover", str(staging), timeout=60)).returncode == 2:
+        assert "still run" in r.stderr and time.monotonic() < deadline, r.stderr
+        time.sleep(1)
+    return r
+
+
 def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
     """Each rank's loss per step, in step order, from a bundle's steps.parquet."""
     rows = pq.read_table(bundle / "steps.parquet").to_pylist()
