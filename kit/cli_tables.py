@@ -157,3 +157,5 @@ def print_summary(result: "SessionResult") -> None:
     """Print a finished run's status and summary table (the bundle path follows)."""
     print(f"status: {result.status}" + (f" ({result.error})" if result.error else ""))
     print(summary_table(result.summary))
+    if result.timing:
+        print(f"time outside the steps: {result.timing}")

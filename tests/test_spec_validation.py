@@ -28,8 +28,15 @@ def test_cpu_world_is_the_product_of_degrees():
     assert (cfg.world_size, cfg.dtype) == (4, "fp32")
 
 
-def test_explicit_dp_must_fill_the_devices():
-    assert "use --dp 4" in violation(workload="gpt3-175b", platform="h100", tp=2, dp=3)
+def test_explicit_dp_must_fill_the_devices_of_several_nodes():
+    assert "use --dp 8" in violation(workload="gpt3-175b", platform="h100", nodes=2, tp=2, dp=3)
+
+
+def test_one_node_layout_may_use_part_of_the_node():
+    cfg = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", tp=2, dp=1))
+    assert (cfg.world_size, cfg.devices_per_node, cfg.parallel.dp) == (2, 2, 1)
+    assert "this node has 8 h100 device(s)" in violation(
+        workload="gpt3-1.3b", platform="h100", tp=2, dp=5)
 
 
 def test_model_ranks_must_divide_world():

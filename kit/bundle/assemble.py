@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import kit
+from kit import lifecycle
 from kit.analysis.metrics import summarize
 from kit.bundle.schema import (
     STEPS_SCHEMA,
@@ -293,6 +294,7 @@ def assemble_bundle(
     missing_why: str,
     nodes: list[NodeData] | None = None,
     slurm_job_id: str | None = None,
+    launcher_marks: dict[str, float] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the manifest, metrics, steps and telemetry of ``staging`` and publish it.
 
@@ -306,6 +308,8 @@ def assemble_bundle(
         nodes: Every node's inventory, telemetry and clock offset, in node order; default: this
             node alone, with ``report`` and the staging folder's chunks.
         slurm_job_id: The Slurm job the run ran in, if any.
+        launcher_marks: The launcher's start-up and teardown marks (kit.lifecycle), for
+            ``metrics.json``'s ``lifecycle``.
 
     Returns:
         The published bundle directory and its summary metrics.
@@ -314,8 +318,8 @@ def assemble_bundle(
         OSError: A file could not be written; the staging folder keeps its inputs.
     """
     if nodes is None:
-        nodes = [NodeData(node_inventory(device_facts(report, replay=False)),
-                          staging.chunks_dir, report)]
+        inventory = node_inventory(device_facts(report, replay=False), cfg.devices_per_node)
+        nodes = [NodeData(inventory, staging.chunks_dir, report)]
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
     steps = steps_table(
         [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)],
@@ -338,6 +342,9 @@ def assemble_bundle(
                   for r in results if r],
         per_device=per_device,
         power=power,
+        lifecycle=lifecycle.summarize(
+            launcher_marks or {}, [r.timeline for r in results if r],
+            min((s.t_start for r in results if r for s in r.steps if s.step == 0), default=None)),
         notes=notes,
     )
     manifest = Manifest(

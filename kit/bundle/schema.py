@@ -107,6 +107,11 @@ class NodeInventory(BaseModel):
         description="Network devices: one dict per interface (kind 'interface': name, "
         "speed_mbps, mtu, up) and per InfiniBand port (kind 'infiniband': name, port, state, "
         "rate, link_layer).")
+    visible_devices: dict[str, str] = Field(
+        default_factory=dict,
+        description="The visible-device variables that were set (CUDA_VISIBLE_DEVICES, "
+        "ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES): `gpus` lists the devices the ranks ran "
+        "on, by their driver index, when they hid part of the node.")
     slurm_node: str | None = Field(
         None, description="Slurm node name (SLURMD_NODENAME) when run under Slurm; host names "
         "can be equal on every node of a test cluster, this is not.")
@@ -323,6 +328,14 @@ class MetricsFile(BaseModel):
         "energy_j and its source, energy_j_per_step, peak_to_mean (worst device), excursions "
         "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason.",
     )
+    lifecycle: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Where start-up and teardown spent their time (kit.lifecycle): "
+        "launch_to_first_step_s (launcher start to the first step's start), "
+        "launch_to_first_step_end_s, last_step_to_assembly_s (the last rank's last step to the "
+        "start of the bundle's assembly), phases_s (seconds per phase: launcher, rank_imports, "
+        "process_groups, model_build, first_step; rank_exit, ranks_reaped, sampler_stop, "
+        "bundle_start; ranks' phases at the slowest rank). Empty for a recovered run.")
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
     )

@@ -79,6 +79,10 @@ class Engine(ABC):
     def info(self) -> EngineInfo:
         """Versions and notes for the manifest."""
 
+    def quiesce(self) -> None:
+        """Finish whatever the engine still runs in the background after the last step (e.g.
+        prefetches), so that the rank may exit without :meth:`teardown`."""
+
     @abstractmethod
     def teardown(self) -> None:
         """Release process groups and device memory."""

@@ -10,7 +10,8 @@ from typing import Any
 import psutil
 
 from kit.bundle.schema import NodeInventory
-from kit.spec.detect import local_accelerator_names
+from kit.spec import visible_devices
+from kit.spec.detect import node_accelerators
 
 ENGINE_PACKAGES = ("megatron-core", "deepspeed", "transformer-engine", "zeus")
 
@@ -81,18 +82,22 @@ def network_devices() -> list[dict[str, Any]]:
     return eth + _infiniband_ports()
 
 
-def node_inventory(device_facts: list[dict[str, Any]] | None = None) -> NodeInventory:
+def node_inventory(
+    device_facts: list[dict[str, Any]] | None = None, used: int | None = None
+) -> NodeInventory:
     """Hardware and software of this node.
 
     Args:
         device_facts: What a telemetry backend read of each device (name, uuid, power limit,
             max SM clock, memory); without it, devices as their drivers name them.
+        used: How many devices the node's ranks run on (the first visible ones); default:
+            every visible device.
     """
     import torch
 
-    gpus = device_facts or [
-        {"device": i, "name": n} for i, n in enumerate(local_accelerator_names())
-    ]
+    vendor, names = node_accelerators()
+    indices = visible_devices.visible_indices(vendor, len(names))
+    gpus = device_facts or [{"device": i, "name": names[i]} for i in indices[:used]]
     return NodeInventory(
         host=socket.gethostname(),
         cpu=_cpu_model(),
@@ -106,5 +111,6 @@ def node_inventory(device_facts: list[dict[str, Any]] | None = None) -> NodeInve
         torch=torch.__version__,
         engine_versions=_installed(ENGINE_PACKAGES),
         network=network_devices(),
+        visible_devices=visible_devices.visible_description(vendor),
         slurm_node=os.environ.get("SLURMD_NODENAME"),
     )

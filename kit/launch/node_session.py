@@ -160,7 +160,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
                 node=role.node, host=socket.gethostname(), pid=os.getpid(),
                 create_time=psutil.Process().create_time(),
                 ranks=list(range(role.node * per_node, (role.node + 1) * per_node)),
-                inventory=node_inventory().model_dump(mode="json"),
+                inventory=node_inventory(used=per_node).model_dump(mode="json"),
                 slurm_job_id=os.environ.get("SLURM_JOB_ID"),
             )
             clock = _clock_start(link)
@@ -178,7 +178,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
                 progress_watcher(cfg, staging.path) if role.node == 0 else None)
             facts = report.devices if report else {}
             gpus = next((d for name, d in facts.items() if d and name != "replay"), None)
-            record.inventory = node_inventory(gpus).model_dump(mode="json")
+            record.inventory = node_inventory(gpus, per_node).model_dump(mode="json")
             record.ended, record.exits, record.killed = True, _exits(outcome), outcome.killed
             record.interrupted_by = _interruption(interrupts) if interrupts.count else None
             record.error, record.notes = launch_error, notes

@@ -1,8 +1,11 @@
-"""Show training progress while ranks run, from the step lines rank 0 streams (rankfile)."""
+"""Show training progress while ranks run, from the step lines and start-up marks rank 0
+streams (rankfile, kit.lifecycle)."""
 
 import json
 import sys
 from pathlib import Path
+
+from kit.lifecycle import NEXT_RANK_PHASE, read_marks
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,9 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 class ProgressWatcher:
     """Poll rank 0's step log and draw a bar on a terminal, or print one line per step."""
 
-    def __init__(self, path: Path, total: int, warmup: int, label: str) -> None:
-        self.path, self.total, self.label = path, total, label
+    def __init__(self, path: Path, total: int, warmup: int, label: str,
+                 marks: Path | None = None) -> None:
+        self.path, self.total, self.label, self.marks = path, total, label, marks
         self._offset = 0
+        self._stage: str | None = None
+        self._stepped = False
         self._console = Console(stderr=True)
         self._bar: Progress | None = None
         self._task: int | None = None
@@ -27,8 +33,26 @@ class ProgressWatcher:
         else:
             print(f"{label}: starting {total} steps ({warmup} warmup)", file=sys.stderr)
 
+    def say(self, info: str) -> None:
+        """Show what the run is doing now, between steps or before the first."""
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, info=info)
+        else:
+            print(f"{self.label}: {info}", file=sys.stderr)
+
+    def _start_up(self) -> None:
+        """Before the first step: say which start-up phase rank 0 is in, once per phase."""
+        marks = read_marks(self.marks) if self.marks is not None else {}
+        last = max(marks, key=marks.__getitem__, default=None)
+        stage = NEXT_RANK_PHASE.get(last or "")
+        if stage is not None and stage != self._stage:
+            self._stage = stage
+            self.say(f"ranks {stage}")
+
     def poll(self) -> None:
         """Read new step lines and show them."""
+        if not self._stepped:
+            self._start_up()
         if not self.path.is_file():
             return
         with self.path.open() as f:
@@ -38,6 +62,7 @@ class ProgressWatcher:
         self._offset += len(complete.encode())
         for line in complete.splitlines():
             rec = json.loads(line)
+            self._stepped = True
             loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
             info = f"{rec['phase']} {rec['t_end'] - rec['t_start']:.3f}s/step loss {loss}"
             if self._bar is not None and self._task is not None:
@@ -50,3 +75,4 @@ class ProgressWatcher:
         self.poll()
         if self._bar is not None:
             self._bar.stop()
+            self._bar = None  # what is said from now on is printed as lines

@@ -62,6 +62,8 @@ class RankResult:
     notes: list[str] = field(default_factory=list)
     measured_energy_j: float | None = None
     """Zeus energy of this rank's GPU over the whole measured phase, joules."""
+    timeline: dict[str, float] = field(default_factory=dict)
+    """When the rank passed each of :data:`kit.lifecycle.RANK_PHASES` (unix seconds)."""
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -159,6 +161,11 @@ def read_rank_result(staging: Path, rank: int) -> RankResult | None:
 def steps_log_path(staging: Path, rank: int) -> Path:
     """Where ``rank`` streams its steps (:func:`append_step`)."""
     return staging / RANKS_DIR / f"rank{rank}.steps.jsonl"
+
+
+def marks_path(staging: Path, rank: int) -> Path:
+    """Where ``rank`` streams its start-up marks (:mod:`kit.lifecycle`)."""
+    return staging / RANKS_DIR / f"rank{rank}.marks.jsonl"
 
 
 def open_steps_log(staging: Path, rank: int) -> IO[str]:

@@ -9,6 +9,8 @@ so far, for ``bundle recover``.
 """
 
 import errno
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +19,11 @@ from typing import Any
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import RunNotPublished
+from kit.lifecycle import Marks, describe
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
+    marks_path,
     read_rank_result,
     steps_log_path,
     write_config,
@@ -44,6 +48,8 @@ class SessionResult:
     error: str | None
     summary: dict[str, Any]
     cfg: RunConfig
+    timing: str | None = None
+    """Where start-up and teardown spent their time, one line (kit.lifecycle.describe)."""
 
 
 def telemetry_plan(cfg: RunConfig, node: int = 0) -> tuple[list[SourceSpec], str]:
@@ -76,8 +82,11 @@ def sample_and_launch(
     node: int,
     launch: Callable[[Callable[[], None]], LaunchOutcome],
     watcher: ProgressWatcher | None,
+    marks: Marks | None = None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
     """Start this node's sampler, run ``launch(on_poll)``, stop the sampler; never raises.
+
+    ``marks`` gets the launcher's ``sampler_started``, ``ranks_ended`` and ``sampler_stopped``.
 
     Returns:
         How the ranks ended, the sampler's report, telemetry notes, and the launcher's own
@@ -100,24 +109,32 @@ def sample_and_launch(
                 who = "sampler" if node == 0 else f"node {node}'s sampler"
                 notes.append(f"telemetry: {who} did not start: {e}")
                 sampler = None
+        if marks is not None:
+            marks.mark("sampler_started")
         outcome = launch(watcher.poll if watcher is not None else lambda: None)
     except Exception as e:  # the launcher itself broke: still publish a bundle saying so
         launch_error = f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     finally:
+        if marks is not None:
+            marks.mark("ranks_ended")
         if watcher is not None:
             watcher.close()
+            watcher.say("ranks done; stopping telemetry, writing the bundle")
         if sampler is not None:
             try:
                 report = sampler.stop(SAMPLER_STOP_TIMEOUT_S)
             except TelemetryError as e:
                 notes.append(f"telemetry: {e}")
+        if marks is not None:
+            marks.mark("sampler_stopped")
     return outcome, report, notes, launch_error
 
 
 def progress_watcher(cfg: RunConfig, staging: Path) -> ProgressWatcher:
-    """Progress of rank 0's steps, as the launcher shows it."""
+    """Progress of rank 0's start-up and steps, as the launcher shows it."""
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
-    return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label)
+    return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
+                           marks_path(staging, 0))
 
 
 def run_session(cfg: RunConfig, out: Path, command: list[str],
@@ -130,17 +147,23 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         RunNotPublished: The bundle could not be written (e.g. no space left); the staging
             folder keeps the run for ``bundle recover``.
     """
+    marks = Marks()
     with SignalCounter() as interrupts:
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])
         write_config(staging.path, cfg)
+        marks.mark("staged")
+
+        def started(pids: list[int]) -> None:
+            marks.mark("ranks_spawned")
+            write_launcher_record(staging.path, command, pids)
+
         outcome, report, notes, launch_error = sample_and_launch(
             cfg, staging.chunks_dir, 0,
             lambda on_poll: launch_local(
                 cfg, staging.path, staging.logs_dir, interrupts,
-                on_started=lambda pids: write_launcher_record(staging.path, command, pids),
-                on_poll=on_poll, worker=worker),
-            progress_watcher(cfg, staging.path))
+                on_started=started, on_poll=on_poll, worker=worker),
+            progress_watcher(cfg, staging.path), marks)
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
         end = run_end(outcome, results, staging.logs_dir,
                       interrupts.describe() if interrupts.count else None)
@@ -148,12 +171,26 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
             end = RunEnd("failed", launch_error, end.exits)
         end.notes += notes
         _, missing_why = telemetry_plan(cfg)
+        marks.mark("assembling")
         try:
             path, summary = assemble_bundle(staging, cfg, command, end, report,
-                                            missing_reason(missing_why, report, notes))
+                                            missing_reason(missing_why, report, notes),
+                                            launcher_marks=marks.times)
         except OSError as e:
             raise RunNotPublished(_not_published(e, staging)) from e
-    return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg)
+    return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg,
+                         timing=_timing(path, results))
+
+
+def _timing(bundle: Path, results: list[Any]) -> str | None:
+    """The published bundle's lifecycle line, with the last step to publication measured now."""
+    published = time.time()
+    last = [r.timeline["last_step"] for r in results if r and "last_step" in r.timeline]
+    try:
+        life = json.loads((bundle / "metrics.json").read_text()).get("lifecycle") or {}
+    except (OSError, ValueError):
+        return None
+    return describe(life, published - max(last) if last else None) or None
 
 
 def _not_published(e: OSError, staging: BundleStaging) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from kit import lifecycle
 from kit.engines import engine_spec
 from kit.launch.local import LAUNCHER_PID_ENV
 from kit.launch.profiling import RankProfiler
@@ -29,6 +30,7 @@ from kit.launch.rankfile import (
     RankResult,
     StepRecord,
     append_step,
+    marks_path,
     open_steps_log,
     read_config,
     write_rank_result,
@@ -36,6 +38,9 @@ from kit.launch.rankfile import (
 from kit.spec.run import RunConfig
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.zeus import ZeusStepEnergy
+
+IMPORTED_AT = time.time()
+"""When this module's imports (torch, the kit) were done: the rank's ``imported`` mark."""
 
 ORPHAN_GRACE_S = 10.0
 """Seconds a rank whose launcher died may take to stop at a step boundary before it kills
@@ -147,10 +152,14 @@ def run_rank(staging: Path) -> int:
     engine = None
     profiler: RankProfiler | None = None
     steps_log = open_steps_log(staging, rank)
+    marks = lifecycle.start_rank_marks(marks_path(staging, rank))
+    marks.mark("imported", IMPORTED_AT)
+    result.timeline = marks.times
     try:
         cfg = read_config(staging)
         engine = engine_spec(cfg.engine).build()
         placement = engine.setup(cfg, rank, local_rank, world)
+        marks.mark("model_built")
         result.placement = {k: v for k, v in vars(placement).items() if k.endswith("_rank")}
         info = engine.info()
         result.versions, result.notes = info.versions, info.notes
@@ -179,9 +188,18 @@ def run_rank(staging: Path) -> int:
             result.steps.append(record)
             append_step(steps_log, record, result.placement.get("pp_rank", 0))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
+            if step == 0:
+                marks.mark("first_step", t1)
             profiler.after(step)  # stops and exports after the last profiled step, untimed
+        if result.steps:
+            marks.mark("last_step", result.steps[-1].t_end)
         if zeus is not None:
             result.measured_energy_j = zeus.end_phase()
+        if status == "ok":
+            # Drain what the engine still has in flight, then meet every peer: past this
+            # barrier no rank waits on another, so each may exit without a teardown.
+            engine.quiesce()
+            _any_rank_stopping(flag, engine.device)
         result.status = status
         if flag.orphaned:
             result.error = f"rank {rank}: stopped because its launcher died"
@@ -205,20 +223,19 @@ def run_rank(staging: Path) -> int:
                 result.mem_peak_bytes = engine.peak_memory_bytes()
             except Exception:  # the device may be unusable after a failure
                 pass
+        marks.mark("exiting")
         try:
             write_rank_result(staging, result)
             steps_log.close()
         except OSError as e:  # a full disk: the launcher still sees how the process ended
             print(f"rank {rank}: cannot write its result: {e}", file=sys.stderr, flush=True)
-        if result.status == "interrupted":
-            # Stopped by a signal or a dead launcher, its result written: free the device now,
-            # not after a teardown nobody waits for (NCCL and CUDA shutdown took ~10 s on an
-            # H100, benchmarks/reliability/results/faults-h100.txt).
+        if result.status in ("ok", "interrupted"):
+            # Done, its result written, no peer waiting on it: free the device now, not after
+            # a teardown nobody waits for (destroying NCCL communicators and the CUDA context
+            # took ~10 s on an H100, benchmarks/reliability/results/faults-h100.txt).
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-        if engine is not None and result.status == "ok":
-            engine.teardown()
 
 
 if __name__ == "__main__":

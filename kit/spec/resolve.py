@@ -150,6 +150,13 @@ def _data_parallel(req: RunRequest, platform: PlatformSpec, per_node: int | None
                 f"--nodes {req.nodes}; change --dp or --nodes")
         return dp
     world = req.nodes * per_node
+    if req.nodes == 1 and req.dp is not None:
+        # Part of one node: the layout's ranks run on the first of its (visible) devices.
+        if model_ranks * req.dp > per_node:
+            raise KitInputError(
+                f"tp x pp x cp x dp = {model_ranks * req.dp} ranks need as many devices; "
+                f"this node has {per_node} {platform.name} device(s)")
+        return req.dp
     if world % model_ranks:
         raise KitInputError(
             f"tp x pp x cp ({model_ranks}) must divide the world size {world} "
@@ -158,8 +165,9 @@ def _data_parallel(req: RunRequest, platform: PlatformSpec, per_node: int | None
     derived = world // model_ranks
     if req.dp is not None and req.dp != derived:
         raise KitInputError(
-            f"--dp {req.dp} does not fill {world} devices with tp x pp x cp = {model_ranks}; "
-            f"use --dp {derived} or leave it out"
+            f"--dp {req.dp} does not fill {world} devices of {req.nodes} nodes with "
+            f"tp x pp x cp = {model_ranks}; use --dp {derived} or leave it out (only a "
+            "one-node run may use part of its node)"
         )
     return derived
 
@@ -211,8 +219,12 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
     per_node = platform.devices_per_node
     if require_present and per_node is not None:
         # A host with fewer devices than the profile's full node (a 1-GPU workstation, a
-        # partial allocation) runs on the devices it has; the config records how many.
+        # partial allocation, devices hidden by CUDA_VISIBLE_DEVICES and the like) runs on
+        # the devices it has; the config records how many.
         per_node = min(per_node, len(local_accelerator_names())) or per_node
+    dp = _data_parallel(req, platform, per_node)
+    if per_node is not None and req.nodes == 1:
+        per_node = min(per_node, req.tp * req.pp * req.cp * dp)
     original = load_workload(req.workload)
     workload, scaling = apply_scaling(original, platform)
     cfg = RunConfig(
@@ -224,7 +236,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         nodes=req.nodes,
         devices_per_node=per_node,
         parallel=ParallelConfig(
-            tp=req.tp, pp=req.pp, dp=_data_parallel(req, platform, per_node), cp=req.cp, ep=req.ep,
+            tp=req.tp, pp=req.pp, dp=dp, cp=req.cp, ep=req.ep,
             vpp=req.vpp, sp=req.sp, moe_dispatcher=req.moe_dispatcher,
         ),
         optim=OptimizationConfig(

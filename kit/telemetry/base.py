@@ -112,11 +112,13 @@ class TelemetrySource(ABC):
     @classmethod
     def plan(cls, cfg: "RunConfig", node: int) -> dict[str, Any]:
         """Constructor keyword arguments for sampling ``node`` of the run ``cfg`` (picklable:
-        the sampler builds the source in its own process). Every device of the node for a
-        device backend."""
+        the sampler builds the source in its own process). For a device backend, the devices
+        the node's ranks run on, by driver index (the visible-device variables honoured)."""
+        from kit.spec.detect import run_device_indices
+
         kwargs: dict[str, Any] = {"node": node}
         if cls.reads_devices:
-            kwargs["devices"] = list(range(cfg.devices_per_node or 0))
+            kwargs["devices"] = run_device_indices(cfg.devices_per_node)
         return kwargs
 
     @classmethod

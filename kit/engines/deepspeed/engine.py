@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from kit import lifecycle
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed import speed
@@ -58,6 +59,7 @@ class DeepSpeedEngine(Engine):
             world_size=world_size,
             verbose=False,
         )
+        lifecycle.mark("process_groups")
         torch.manual_seed(cfg.seed)
         w, p = cfg.workload, cfg.parallel
         vocab = padded_vocab_size(w.vocab_size)

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx
 from torch.nn.attention.bias import causal_lower_right
 
+from kit.engines.megatron import adapter
+
 
 class _GatherSequence(torch.autograd.Function):
     """All-gather along dim 0 in the forward; reduce-scatter of the gradient in the backward."""
@@ -103,8 +105,8 @@ def attention(
     return local_attention(q, k, v, group.rank(), group.size(), **sdpa)
 
 
-def batch_on_this_rank(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def batch_on_this_rank(
+    batch: dict[str, torch.Tensor], group: dist.ProcessGroup
+) -> dict[str, torch.Tensor]:
     """This context-parallel rank's two sequence chunks of every tensor in ``batch``."""
-    from megatron.core.utils import get_batch_on_this_cp_rank
-
-    return get_batch_on_this_cp_rank(dict(batch))
+    return adapter.batch_on_this_cp_rank(dict(batch), group)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from kit import lifecycle
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
@@ -53,7 +54,7 @@ def _forward_step(
 ) -> tuple[torch.Tensor, Any]:
     batch = next(data_iterator)
     if cp_group is not None:
-        batch = batch_on_this_rank(batch)
+        batch = batch_on_this_rank(batch, cp_group)
     out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
     return out, partial(_loss_func, cp_group=cp_group)
 
@@ -95,6 +96,7 @@ class MegatronEngine(Engine):
         )
         p = cfg.parallel
         adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
+        lifecycle.mark("process_groups")
         torch.manual_seed(cfg.seed)
         from megatron.core import tensor_parallel
 
@@ -284,20 +286,25 @@ class MegatronEngine(Engine):
             notes=notes,
         )
 
-    def teardown(self) -> None:
-        """Finish in-flight collectives, then destroy process groups.
+    def quiesce(self) -> None:
+        """Finish in-flight collectives.
 
         Megatron-FSDP starts the next step's parameter all-gathers asynchronously right after
         each optimizer step; after the last step nobody waits for them, so they are drained
         here before their groups and buffers go away.
         """
-        from megatron.core import parallel_state as ps
-
         if self.cfg is not None and self.cfg.optim.fsdp:
             with warnings.catch_warnings():  # "still pending all-gather tasks": expected here
                 warnings.filterwarnings("ignore", message="There are still pending")
                 for chunk in self.model:
                     chunk.stop_communication()
+        self.synchronize()
+
+    def teardown(self) -> None:
+        """Finish in-flight collectives (:meth:`quiesce`), then destroy process groups."""
+        from megatron.core import parallel_state as ps
+
+        self.quiesce()
 
         if self._graph is not None:
             self._graph.release()

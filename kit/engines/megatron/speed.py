@@ -59,13 +59,18 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
     Capture replays GPU work only: Python that runs between kernels on every step (pipeline
     send/receive bookkeeping, MoE token counts read on the host, activation recomputation's
     RNG juggling, overlapped gradient hooks) would be frozen at its first run, so such layouts
-    keep the eager step. Collectives inside the graph (TP, DP gradient reduction) are
-    capturable with NCCL but have not run on several GPUs here yet, so for now only
-    single-rank steps are captured.
+    keep the eager step. NCCL collectives are capturable (PyTorch's ProcessGroupNCCL skips its
+    watchdog bookkeeping while a stream captures): the graph holds the tensor-parallel
+    all-reduces and sequence-parallel gathers and scatters of the forward and backward, and
+    megatron-core's gradient reduction over data parallelism (``finalize_model_grads``, run at
+    the end of the schedule), so TP, SP, DP and the distributed optimizer's reduce-scatter are
+    replayed; the optimizer step (and the distributed optimizer's parameter all-gather) stays
+    eager. Context parallelism is not captured until a run shows its attention's gathers
+    replay right.
     """
     p, o, w = cfg.parallel, cfg.optim, cfg.workload
     return [reason for blocked, reason in (
-        (cfg.world_size > 1, "more than one rank (capture not yet verified on several GPUs)"),
+        (p.cp > 1, "context parallelism (capture not yet verified)"),
         (p.pp > 1, "pipeline parallelism"),
         (w.is_moe, "mixture of experts"),
         (o.recompute != "none", "activation recomputation"),
