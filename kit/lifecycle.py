@@ -18,6 +18,7 @@ import psutil
 RANK_PHASES: dict[str, str] = {
     "started": "process started",
     "imported": "imported torch and the kit",
+    "engine_imported": "imported the training engine (megatron-core, DeepSpeed)",
     "process_groups": "created process groups",
     "model_built": "built the model, optimizer and data",
     "first_step": "ran the first step (compiles, captures, allocates)",
@@ -26,20 +27,10 @@ RANK_PHASES: dict[str, str] = {
 }
 """Marks a rank makes, in order, with what the time up to each was spent on."""
 
-LAUNCHER_PHASES: dict[str, str] = {
-    "started": "launcher process started",
-    "staged": "resolved the run, staged its folder",
-    "sampler_started": "telemetry sampler started",
-    "ranks_spawned": "rank processes spawned",
-    "ranks_ended": "every rank process ended",
-    "sampler_stopped": "sampler wrote its last chunk",
-    "assembling": "started writing the bundle",
-}
-"""Marks the launcher (node 0's) makes, in order."""
-
 NEXT_RANK_PHASE: dict[str, str] = {
     "started": "importing torch and the kit",
-    "imported": "creating process groups",
+    "imported": "importing the training engine",
+    "engine_imported": "creating process groups",
     "process_groups": "building the model",
     "model_built": "first step (compiling, allocating)",
 }
@@ -51,11 +42,25 @@ def process_start_time() -> float:
     return psutil.Process().create_time()
 
 
+_PROCESS_START_USED = False
+
+
+def launcher_start_time() -> float:
+    """When this launch began: the process's start for its first run (a CLI ``run``: its
+    imports count), the call itself for every later one (a sweep runs many in one process)."""
+    global _PROCESS_START_USED
+    if _PROCESS_START_USED:
+        return time.time()
+    _PROCESS_START_USED = True
+    return process_start_time()
+
+
 class Marks:
     """This process's marks; optionally streamed, one JSON line each, to ``path``."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.times: dict[str, float] = {"started": process_start_time()}
+    def __init__(self, path: Path | None = None, started: float | None = None) -> None:
+        self.times: dict[str, float] = {
+            "started": process_start_time() if started is None else started}
         self._path = path
         if path is not None:
             self._write("started")
@@ -115,7 +120,8 @@ def summarize(launcher: dict[str, float], ranks: list[dict[str, float]],
     """``metrics.json``'s ``lifecycle``: where start-up and teardown spent their time.
 
     Args:
-        launcher: The launcher's marks (:data:`LAUNCHER_PHASES`).
+        launcher: The launcher's marks: ``started``, ``staged``, ``sampler_started``,
+            ``ranks_spawned``, ``ranks_ended``, ``sampler_stopped``, ``assembling``.
         ranks: Each rank's marks (:data:`RANK_PHASES`).
         first_step_start: When the first step began (the earliest rank's step 0 start).
 
@@ -135,6 +141,7 @@ def summarize(launcher: dict[str, float], ranks: list[dict[str, float]],
     ordered: list[tuple[str, float | None]] = [
         ("launcher", launcher.get("ranks_spawned")),
         ("rank_imports", rank_at["imported"]),
+        ("engine_imports", rank_at["engine_imported"]),
         ("process_groups", rank_at["process_groups"]),
         ("model_build", rank_at["model_built"]),
         ("first_step", rank_at["first_step"]),
@@ -162,7 +169,8 @@ def summarize(launcher: dict[str, float], ranks: list[dict[str, float]],
     }
 
 
-START_PHASES = ("launcher", "rank_imports", "process_groups", "model_build", "first_step")
+START_PHASES = ("launcher", "rank_imports", "engine_imports", "process_groups", "model_build",
+                "first_step")
 END_PHASES = ("rank_exit", "ranks_reaped", "sampler_stop", "bundle_start")
 
 

@@ -35,3 +35,17 @@ def test_cpu_offload_steps_with_torch_adamw_in_fp32():
     assert c["optimizer"]["params"]["torch_adam"] and "fused" not in c["optimizer"]["params"]
     assert c["zero_force_ds_cpu_optimizer"] is False
     assert c["zero_optimization"]["offload_optimizer"]["pin_memory"] is False
+
+
+def test_gpu_zero3_keeps_a_small_models_gathered_weights_for_the_step():
+    from kit.analysis.flops import params_count
+    from kit.spec.loader import load_workload
+
+    z = config_for(platform="h100", zero=3)["zero_optimization"]
+    n = params_count(load_workload("gpt3-1.3b"))
+    assert z["stage3_max_live_parameters"] == z["stage3_max_reuse_distance"] == n
+    assert z["stage3_param_persistence_threshold"] == 1_000_000
+    big = deepspeed_config(resolve(RunRequest(workload="gpt3-175b", engine="deepspeed", zero=3,
+                                              platform="h100", nodes=4)))
+    assert set(big["zero_optimization"]) == {"stage", "overlap_comm"}  # DeepSpeed's defaults
+    assert set(config_for(platform="cpu", zero=3)["zero_optimization"]) == {"stage", "overlap_comm"}

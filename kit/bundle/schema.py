@@ -334,8 +334,9 @@ class MetricsFile(BaseModel):
         "launch_to_first_step_s (launcher start to the first step's start), "
         "launch_to_first_step_end_s, last_step_to_assembly_s (the last rank's last step to the "
         "start of the bundle's assembly), phases_s (seconds per phase: launcher, rank_imports, "
-        "process_groups, model_build, first_step; rank_exit, ranks_reaped, sampler_stop, "
-        "bundle_start; ranks' phases at the slowest rank). Empty for a recovered run.")
+        "engine_imports, process_groups, model_build, first_step; rank_exit, ranks_reaped, "
+        "sampler_stop, bundle_start; ranks' phases at the slowest rank). Empty for a recovered "
+        "run.")
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
     )

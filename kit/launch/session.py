@@ -19,7 +19,7 @@ from typing import Any
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import RunNotPublished
-from kit.lifecycle import Marks, describe
+from kit.lifecycle import Marks, describe, launcher_start_time
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
@@ -147,7 +147,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         RunNotPublished: The bundle could not be written (e.g. no space left); the staging
             folder keeps the run for ``bundle recover``.
     """
-    marks = Marks()
+    marks = Marks(started=launcher_start_time())
     with SignalCounter() as interrupts:
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])

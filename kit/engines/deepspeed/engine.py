@@ -46,6 +46,7 @@ class DeepSpeedEngine(Engine):
         prepare_deepspeed_environment(cpu)
         import deepspeed
 
+        lifecycle.mark("engine_imported")
         self.cfg = cfg
         if cpu:
             self.device = torch.device("cpu")

@@ -77,6 +77,8 @@ class MegatronEngine(Engine):
         """Create process groups and build model, optimizer and data for this rank."""
         from megatron.core import parallel_state as ps
 
+        lifecycle.mark("engine_imported")
+
         self.cfg = cfg
         cpu = cfg.platform.is_cpu
         if cpu:
@@ -88,12 +90,13 @@ class MegatronEngine(Engine):
         else:
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
-        dist.init_process_group(
-            backend=cfg.platform.torch_backend,
-            rank=rank,
-            world_size=world_size,
-            **({} if cpu else {"device_id": self.device}),
-        )
+        # No device_id: bound to a device, torch initializes an NCCL communicator for every
+        # group at its creation, and megatron-core creates a dozen or more (20-23 s of start-up
+        # on 4 H100s, benchmarks/parallel/results/); unbound, each group connects at its first
+        # collective, and groups the layout never uses never do. The first (eager) step runs
+        # every collective of the step before a CUDA graph captures it.
+        dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
+                                world_size=world_size)
         p = cfg.parallel
         adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
         lifecycle.mark("process_groups")
