@@ -24,7 +24,8 @@ left() { local s=$((BUDGET - ($(date +%s) - START))); echo $((s > 10 ? s : 10));
 header() {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$NGPUS, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
   python3 -c "import torch, megatron.core as m, deepspeed; print('# torch', torch.__version__, 'megatron-core', m.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | tail -1
-  echo "# kit commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  # KIT_COMMIT: the commit the tree was copied from, where the copy's own git history is not it
+  echo "# kit commit: ${KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 }
 sweep_part() {  # SWEEP_FILE NAME
   local file="$1" name="$2" folder="$RESULTS/$2"
@@ -80,7 +81,8 @@ EOF
       # hidden (the kit then detects the cpu platform; ranks run over gloo).
       echo "\$ CUDA_VISIBLE_DEVICES= python3 -m pytest -q -p no:cacheprovider tests/test_megatron_parallel_cpu.py tests/test_visible_devices.py tests/test_engine_numerics.py"
       CUDA_VISIBLE_DEVICES= timeout "$(left)" python3 -m pytest -q -p no:cacheprovider \
-        tests/test_megatron_parallel_cpu.py tests/test_visible_devices.py tests/test_engine_numerics.py 2>&1 | tail -40 ;;
+        --durations=15 tests/test_megatron_parallel_cpu.py tests/test_visible_devices.py \
+        tests/test_engine_numerics.py 2>&1 | tail -60 ;;
     *) echo "usage: $0 layouts|small|refs|cpu019" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$OUT/$TAG-$PART.txt"
