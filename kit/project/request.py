@@ -8,15 +8,18 @@ memory estimate comes with it.
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import KitInputError
-from kit.plan import RunPlan, plan_run
 from kit.spec.platform import PlatformSpec
 from kit.spec.resolve import run_request
 from kit.spec.run import Recompute
 from kit.spec.workload import WorkloadSpec
+
+if TYPE_CHECKING:
+    from kit.plan import RunPlan
 
 
 class ProjectionTarget(BaseModel):
@@ -65,7 +68,7 @@ def _spec_file(folder: Path, name: str, spec: WorkloadSpec | PlatformSpec) -> st
 
 
 def plan_target(target: ProjectionTarget, workload: WorkloadSpec,
-                platform: PlatformSpec) -> RunPlan:
+                platform: PlatformSpec) -> "RunPlan":
     """Resolve ``target`` on ``platform`` (the measured run's profile, as recorded).
 
     ``workload`` is the measured run's, used when the target names none.
@@ -74,6 +77,8 @@ def plan_target(target: ProjectionTarget, workload: WorkloadSpec,
         KitInputError: The layout is impossible or refused (as ``run --dry-run``), or more
             devices per node than the platform has.
     """
+    from kit.plan import plan_run  # memory estimates: only when a projection runs
+
     per_node = target.devices_per_node
     if per_node is not None:
         full = platform.devices_per_node
