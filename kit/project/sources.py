@@ -238,7 +238,8 @@ def measured_run(bundle: Bundle) -> MeasuredRun:
     if not times:
         raise KitInputError(f"{name} has no measured steps")
     median = statistics.median(times)
-    q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (median,) * 3
+    q1, _, q3 = (statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1
+                  else (median,) * 3)
     breakdowns = [r for r in read_breakdowns(bundle) if r.steps]
     optimizer = _optimizer_s(bundle)
     if breakdowns:
