@@ -21,6 +21,7 @@ from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
 from kit.output_target import check_output_dir, check_output_file
+from kit.project.request import ProjectionTarget
 from kit.spec.resolve import RunRequest
 
 if TYPE_CHECKING:
@@ -541,6 +542,31 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool, allow_unverifie
     written = write_report(list(bundles), out, markdown=markdown,
                            allow_unverified=allow_unverified)
     click.echo(str(written[0].resolve()))
+
+
+@cli.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@model_options(ProjectionTarget)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Directory that receives the projection file.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output: the projection and its file.")
+def project(bundles: tuple[Path, ...], out: Path, as_json: bool, **opts: object) -> None:
+    """Project step time, MFU, power and energy of another layout, scale or micro-batch.
+
+    From measured BUNDLES (runs, ideally profiled; fabric bundles of the platform) to a
+    projected-bundle file that compare and report show beside measured ones, marked as
+    projected. The last stdout line is its path; see docs/projection.md.
+    """
+    from kit.project.show import projection_text, run_projection
+
+    check_output_dir(out)
+    target = ProjectionTarget(**opts)  # type: ignore[arg-type]
+    proj, path = run_projection(list(bundles), target, out, sys.argv)
+    if as_json:
+        click.echo(json.dumps({"file": str(path.resolve()), **proj.model_dump(mode="json")}))
+        return
+    click.echo(projection_text(proj))
+    click.echo(str(path.resolve()))
 
 
 def _fail(message: str, code: int, as_json: bool) -> NoReturn:

@@ -18,6 +18,8 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
   ended ok but measured fewer steps than it was asked to.
 * ``image``: the container images the runs ran in, by content digest: the same image in all
   (a match, said so that two sites can see they ran one software stack) or not.
+* ``projected``: a projection (``charllm-kit project``) among them: a model's figures, with
+  the bundles it was projected from.
 """
 
 from collections.abc import Callable
@@ -186,6 +188,14 @@ def _image_checks(bundles: list[Bundle]) -> list[Check]:
     return _differs("image", "or unidentified container images", bundles, identity)
 
 
+def _projected_checks(bundles: list[Bundle]) -> list[Check]:
+    """Projections, each with the bundles it scaled."""
+    return [Check("projected", f"{b.path.name} is PROJECTED, not measured (kit.project), from "
+                  + ", ".join(f"{i.bundle} ({i.role})" for i in b.projection.inputs
+                              if i.role != "unused"))
+            for b in bundles if b.projection is not None]
+
+
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
     def config(key: str) -> Callable[[Bundle], Any]:
@@ -199,6 +209,7 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
             f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
 
     return [
+        *_projected_checks(bundles),
         *_unverified_checks(bundles),
         *_workload_checks(bundles),
         *_differs("platform", "platforms, MFU is against each one's own peak", bundles,

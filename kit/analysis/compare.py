@@ -8,7 +8,9 @@ because of ``--allow-unverified``. Each group reports, per canonical metric, the
 minimum and maximum over the runs that measured it, and ``n``, how many did; a metric no run
 measured is ``None`` (shown as ``n/a``), never 0. Every bundle is verified (each file hashed,
 each schema checked) before it is used; the figures come from ``manifest.json`` and
-``metrics.json`` alone.
+``metrics.json`` alone. A projection file (``charllm-kit project``, kit.project.file) is read
+in place of a bundle: it is a group of its own, marked projected, and its figures' range is the
+projection's interval instead of repeats'.
 """
 
 import json
@@ -22,6 +24,7 @@ from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
+from kit.project.file import is_projection_file, projected_bundle
 from kit.telemetry.fields import THROTTLE_BITS
 
 
@@ -90,7 +93,8 @@ def _group_key(bundle: Bundle) -> str:
     return json.dumps(
         [m.workload["name"], m.platform["name"], c["engine"], c["nodes"],
          c["parallel"], c.get("optim"), c["micro_batch_size"], c["global_batch_size"],
-         c["dtype"], m.status, bundle.verification_error is None],
+         c["dtype"], m.status, bundle.verification_error is None,
+         str(bundle.path) if bundle.projection else None],
         sort_keys=True,
     )
 
@@ -138,11 +142,17 @@ class Group:
         """Whether the group's runs verified (False: used through ``--allow-unverified``)."""
         return self.bundles[0].verification_error is None
 
+    @property
+    def projected(self) -> bool:
+        """Whether the group is a projection (kit.project), not measured runs."""
+        return self.bundles[0].projection is not None
+
     def header(self) -> list[str]:
-        """Column header lines: workload, platform, layout, runs with status and UNVERIFIED."""
+        """Column header lines: workload, platform, layout, runs with status and UNVERIFIED
+        (PROJECTED for a projection)."""
         m = self.first
         runs = len(self.bundles)
-        ending = f"{runs} run{'s' if runs > 1 else ''}"
+        ending = "PROJECTED" if self.projected else f"{runs} run{'s' if runs > 1 else ''}"
         flags = ([self.status.upper()] if self.status != "ok" else []) + (
             [] if self.verified else ["UNVERIFIED"])
         if flags:
@@ -176,7 +186,8 @@ def _read_all(paths: list[str | Path], allow_unverified: bool) -> list[Bundle]:
     """Verify and read each bundle once, refusing one given twice."""
     bundles, seen = [], set()
     for p in paths:
-        bundle = read_verified_bundle(p, allow_unverified)
+        bundle = (projected_bundle(p) if is_projection_file(p)
+                  else read_verified_bundle(p, allow_unverified))
         where = bundle.path.resolve()
         if where in seen:
             raise KitInputError(f"bundle {p} is given twice; give each bundle once")
@@ -204,7 +215,7 @@ def _label(groups: list[Group]) -> None:
     counts: dict[str, int] = {}
     for g in groups:
         base = (" ".join(g.header()[:3]) + ("" if g.status == "ok" else f" [{g.status}]")
-                + ("" if g.verified else " [unverified]"))
+                + ("" if g.verified else " [unverified]") + (" [projected]" if g.projected else ""))
         counts[base] = counts.get(base, 0) + 1
         g.label = base if counts[base] == 1 else f"{base} #{counts[base]}"
 
@@ -238,6 +249,10 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
     for g in groups:
         g.values = {row.key: Aggregate.of([metric_value(b, row.key) for b in g.bundles])
                     for row in METRICS}
+        if g.projected:  # the projection's interval stands where repeats' range would
+            interval = g.bundles[0].projection.interval  # type: ignore[union-attr]
+            g.values.update({k: Aggregate(v[1], v[0], v[2], 1) for k, v in interval.items()
+                             if k in g.values})
     _label(groups)
     index = (next(i for i, g in enumerate(groups) if any(b is base for b in g.bundles))
              if base is not None else None)

@@ -118,8 +118,10 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         groups.append({
             "label": g.label, "workload": m.workload["name"], "platform": m.platform["name"],
             "layout": g.header()[2], "dtype": m.config["dtype"], "status": g.status,
-            "verified": g.verified,
+            "verified": g.verified, "projected": g.projected,
             "bundles": [str(b.path) for b in g.bundles],
+            **({"inputs": [i.model_dump() for i in g.bundles[0].projection.inputs]}
+               if g.bundles[0].projection else {}),
             "metrics": {row.key: {**vars(g.values[row.key]),
                                   "ratio_to_baseline": c.ratio(g, row.key),
                                   "pct_diff_to_baseline": _pct(c.ratio(g, row.key))}

@@ -29,6 +29,7 @@ from kit.analysis.compare_format import check_lines, metric_grid
 from kit.analysis.kernels import kernel_times
 from kit.analysis.side_by_side import fabric_curves, profile_shares
 from kit.bundle.reader import Bundle
+from kit.project.file import projection_facts
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,10 @@ def _facts(bundle: Bundle) -> list[tuple[str, str]]:
 
 
 def _section(n: int, bundle: Bundle) -> Section:
-    """Figures of bundle ``n``: power, chassis heatmaps, clock and throttle, kernels."""
+    """Figures of bundle ``n``: power, chassis heatmaps, clock and throttle, kernels (a
+    projection has none: its section states its inputs, intervals and assumptions)."""
+    if bundle.projection is not None:
+        return Section(bundle, _facts(bundle)[2:] + projection_facts(bundle.projection), [])
     title = plots.bundle_title(bundle)
     figures = [
         _item(f"power-timeline-{n}", f"Power of every device over time, step windows shaded: "

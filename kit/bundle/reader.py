@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,6 +19,9 @@ from kit.bundle.writer import PARTIAL_SUFFIX
 from kit.errors import BundleError
 from kit.spec.loader import describe_validation_error
 from kit.telemetry.fields import TELEMETRY_SCHEMA
+
+if TYPE_CHECKING:
+    from kit.project.file import ProjectionFile
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -35,12 +38,16 @@ class Bundle:
         verification_error: Why the bundle failed :func:`kit.bundle.verify.verify_bundle`,
             when it was read anyway (``--allow-unverified``, see
             :func:`kit.bundle.verified.read_verified_bundle`); None otherwise.
+        projection: Set when this is not a measured bundle but a projection file
+            (kit.project.file.projected_bundle): the model's figures, intervals and inputs.
+            It has no steps, telemetry or profile.
     """
 
     path: Path
     manifest: Manifest
     metrics: MetricsFile
     verification_error: str | None = None
+    projection: "ProjectionFile | None" = None
 
     @cached_property
     def steps(self) -> pa.Table:

@@ -24,6 +24,7 @@ from kit.engines.megatron import adapter, speed
 from kit.engines.megatron.context_parallel import batch_on_this_rank
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
+from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
 from kit.spec.run import RunConfig
 
 
@@ -187,7 +188,7 @@ class MegatronEngine(Engine):
             overlap_grad_reduce=o.overlap,
             overlap_param_gather=o.overlap and sharded_optimizer,
             use_distributed_optimizer=sharded_optimizer,
-            bucket_size=40_000_000 if o.overlap else None,
+            bucket_size=GRAD_BUCKET_ELEMENTS if o.overlap else None,
             **(adapter.megatron_fsdp_ddp_config_kwargs(cfg.platform.is_cpu) if o.fsdp else {}),
         )
         wrapper = adapter.megatron_fsdp_wrapper() if o.fsdp else DistributedDataParallel

@@ -8,6 +8,9 @@ SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fus
                   "foreach_optim", "compile", "grouped_gemm")
 """GPU speed features (kit.engines.megatron.speed); all but ``compile`` are on by default on
 NVIDIA GPUs (each measured to pay; ``grouped_gemm`` acts on bias-free MoE layers only)."""
+GRAD_BUCKET_ELEMENTS = 40_000_000
+"""Gradient elements per DDP bucket under ``--overlap`` (megatron-core's default size); without
+overlap the whole gradient buffer is one bucket."""
 
 
 class MegatronSpec(EngineSpec):

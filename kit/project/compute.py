@@ -1,0 +1,140 @@
+"""Device compute of the target layout, per pipeline stage and micro-batch, from a measured one.
+
+Each compute category's measured seconds (kit.project.sources) become a *rate*: seconds per
+unit of work, where the work of a rank per micro-batch is its model FLOPs (Megatron-LM's count,
+kit.analysis.flops) divided by how the layout shards that category::
+
+    work(cat) = b x (L_stage x F_layer x r(cat) + [last stage] F_logits) / shard(cat)
+
+``F_layer`` and ``F_logits`` are the FLOPs of one layer and of the logits for one sample;
+``shard`` is ``t c`` for MatMul and attention (and a run without a profile) and ``(t if SP
+else 1) c`` for norms, element-wise and other kernels (without SP megatron-core runs them on the
+whole sequence on every TP rank); ``r`` is the recompute factor: 4/3 on every layer category
+with full recompute (one more forward of three passes), 4/3 on attention with selective
+recompute (its core attention is recomputed), else 1. Expert parallelism does not change the
+work: a rank holds ``E/e`` experts and receives the tokens ``e`` ranks route to them. The
+target's seconds are ``rate x work``, so a projection to the measured layout returns the
+measured seconds.
+
+The optimizer step (phase timers) is taken out of the measured compute (from element-wise and
+other kernels, where fused Adam's kernels fall) and scaled by the parameters a rank updates:
+its stage's, divided by DP x CP (experts: by their expert-DP group) under the distributed
+optimizer. Idle seconds per micro-batch scale with the layers the rank runs (the launch gaps
+and synchronizations are per layer); a host-paced step cannot be faster per micro-batch than
+the measured micro-batch per layer, which bounds the step from above (kit.project.step).
+"""
+
+from dataclasses import dataclass
+
+from kit.analysis.flops import model_flops_per_step
+from kit.plan.memory import stage_parameters
+from kit.project.sources import UNPROFILED, MeasuredRun
+from kit.project.volumes import layers_per_stage
+from kit.spec.run import RunConfig
+
+_TP_SPLIT = ("MatMul", "attention", UNPROFILED)
+"""Categories every TP rank runs on its own shard; the rest are sharded only with SP."""
+_OPTIMIZER_CATEGORIES = ("elementwise/memory", "other")
+RECOMPUTE_FORWARD = 4 / 3
+"""Work of a layer with one more forward pass: (1 + 2 + 1) / (1 + 2) (forward, backward x2)."""
+
+
+def layer_and_logits_flops(cfg: RunConfig) -> tuple[float, float]:
+    """Model FLOPs of one layer and of the logits, per sample (forward and backward)."""
+    w, tp = cfg.workload, cfg.parallel.tp
+    one = model_flops_per_step(w.model_copy(update={"num_layers": 1}), 1, tp)
+    two = model_flops_per_step(w.model_copy(update={"num_layers": 2}), 1, tp)
+    return two - one, one - (two - one)
+
+
+def _recompute(cfg: RunConfig, category: str) -> float:
+    mode = cfg.optim.recompute
+    if mode == "full" or (mode == "selective" and category == "attention"):
+        return RECOMPUTE_FORWARD
+    return 1.0
+
+
+def _shard(cfg: RunConfig, category: str) -> int:
+    p = cfg.parallel
+    return p.tp * p.cp if category in _TP_SPLIT or p.sp else p.cp
+
+
+def work(cfg: RunConfig, stage: int, category: str) -> float:
+    """Work units of ``category`` one rank of ``stage`` does per micro-batch (module docstring)."""
+    layer, logits = layer_and_logits_flops(cfg)
+    last = stage == cfg.parallel.pp - 1
+    per_sample = layers_per_stage(cfg) * layer * _recompute(cfg, category) + (logits if last else 0)
+    return cfg.micro_batch_size * per_sample / _shard(cfg, category)
+
+
+def optimizer_parameters(cfg: RunConfig, stage: int) -> float:
+    """Parameters one rank of ``stage`` updates in its optimizer step."""
+    p = cfg.parallel
+    params = stage_parameters(cfg, stage)
+    if not cfg.optim.dist_optimizer:
+        return params.dense + params.expert
+    return params.dense / (p.dp * p.cp) + params.expert / max(1, p.dp * p.cp // p.ep)
+
+
+@dataclass(frozen=True)
+class SourceRates:
+    """A measured run turned into rates (module docstring)."""
+
+    run: MeasuredRun
+    seconds_per_work: dict[str, float]
+    """Per compute category."""
+    optimizer_s_per_param: float | None
+    device_s_per_layer_micro_batch: float
+    idle_s_per_layer_micro_batch: float
+    whole_s_per_layer_micro_batch: float
+    """The measured micro-batch (compute, exposed communication and idle) per layer."""
+
+    @classmethod
+    def of(cls, run: MeasuredRun, optimizer_s: float | None) -> "SourceRates":
+        """Rates of ``run``; ``optimizer_s`` is its optimizer's seconds per step if known."""
+        cfg, parts = run.cfg, run.parts
+        compute = dict(parts.compute)
+        if optimizer_s:
+            pool = [k for k in _OPTIMIZER_CATEGORIES if k in compute] or list(compute)
+            held = sum(compute[k] for k in pool)
+            take = min(optimizer_s, held)
+            for k in pool:
+                compute[k] -= take * compute[k] / held if held else 0.0
+        m = cfg.grad_accum_steps
+        rates = {k: v / m / work(cfg, 0, k) for k, v in compute.items() if v > 0}
+        layers = layers_per_stage(cfg)
+        whole = sum(compute.values()) + sum(parts.communication.values()) + parts.idle
+        params = optimizer_parameters(cfg, 0)
+        return cls(run, rates, optimizer_s / params if optimizer_s else None,
+                   sum(compute.values()) / m / layers, parts.idle / m / layers,
+                   whole / m / layers)
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """One target stage's compute, per micro-batch unless named otherwise, seconds."""
+
+    device_s: float
+    by_category: dict[str, float]
+    measured_device_s: float
+    """The measured run's device seconds per micro-batch for as many layers."""
+    idle_s: float
+    host_floor_s: float
+    """The measured micro-batch per layer x this stage's layers: a host-paced lower bound."""
+    optimizer_s: float
+    """Per step."""
+    backward_share: float
+    """Share of ``device_s`` in backward (2/3, 3/4 with full recompute)."""
+
+
+def stage_compute(rates: SourceRates, cfg: RunConfig, stage: int) -> StageCompute:
+    """The target's compute on one rank of ``stage`` (module docstring)."""
+    by_cat = {k: r * work(cfg, stage, k) for k, r in rates.seconds_per_work.items()}
+    layers = layers_per_stage(cfg)
+    optimizer = (rates.optimizer_s_per_param * optimizer_parameters(cfg, stage)
+                 if rates.optimizer_s_per_param is not None else 0.0)
+    backward = 3 / 4 if cfg.optim.recompute == "full" else 2 / 3
+    return StageCompute(sum(by_cat.values()), by_cat,
+                        rates.device_s_per_layer_micro_batch * layers,
+                        rates.idle_s_per_layer_micro_batch * layers,
+                        rates.whole_s_per_layer_micro_batch * layers, optimizer, backward)

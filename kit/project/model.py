@@ -1,0 +1,289 @@
+"""``charllm-kit project``: measured bundles in, a projected-bundle file out.
+
+1. Read the run and fabric bundles (kit.project.sources), resolve the target as ``run
+   --dry-run`` would on the runs' platform (kit.project.request).
+2. Choose the run to scale: same platform, same architecture but for its depth; then, in this
+   order, the same execution (one CUDA graph per step or eager, as the target would run), a
+   profile breakdown, the same micro-batch, the same recompute, the nearest TP degree.
+3. Per target stage: compute (kit.project.compute), collectives (kit.project.volumes) and
+   their times (kit.project.network), assembled into a step (kit.project.step), widened by
+   the chosen run's own step-to-step spread; power and energy (kit.project.power).
+4. Write the summary keys a bundle has, each projected one with its interval, the parts, the
+   assumptions and the inputs (kit.project.file).
+
+docs/projection.md states the model with its sources and limits.
+"""
+
+import hashlib
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import kit
+from kit.analysis.compare import layout_label
+from kit.analysis.flops import model_flops_per_step
+from kit.errors import KitInputError
+from kit.plan.memory import GIB
+from kit.project.compute import SourceRates, optimizer_parameters, stage_compute
+from kit.project.file import CollectiveRecord, ProjectionFile, ProjectionInput, StageRecord
+from kit.project.network import Links, place
+from kit.project.power import PowerProjection, project_power
+from kit.project.request import ProjectionTarget, plan_target
+from kit.project.sources import Inputs, MeasuredRun, read_inputs
+from kit.project.span import Span
+from kit.project.step import StepModel, assemble, stage_step
+from kit.project.volumes import stage_collectives
+from kit.spec.loader import load_platform
+from kit.spec.run import RunConfig
+
+_NOT_ARCHITECTURE = frozenset({"name", "description", "num_layers", "micro_batch_size",
+                               "global_batch_size", "scaling"})
+_OVERLAP_OPS = {"AllReduce": "all_reduce", "ReduceScatter": "reduce_scatter",
+                "AllGather": "all_gather"}
+
+
+def _architecture(workload: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in workload.items() if k not in _NOT_ARCHITECTURE}
+
+
+def _same_model(run: MeasuredRun, target: RunConfig) -> bool:
+    return (_architecture(run.cfg.workload.model_dump(mode="json"))
+            == _architecture(target.workload.model_dump(mode="json")))
+
+
+def _target_graphed(cfg: RunConfig) -> bool:
+    from kit.engines.megatron.speed import enabled, use_cuda_graph
+
+    return use_cuda_graph(cfg, enabled(cfg))
+
+
+def _choose(runs: list[MeasuredRun], cfg: RunConfig, graphed: bool) -> MeasuredRun:
+    """The run to scale (module docstring, step 2); ``graphed``: the target's execution."""
+
+    def key(r: MeasuredRun) -> tuple[Any, ...]:
+        c = r.cfg
+        return (r.graphed != graphed, r.parts.timeline == "none",
+                abs(math.log(c.micro_batch_size / cfg.micro_batch_size)),
+                c.optim.recompute != cfg.optim.recompute,
+                abs(math.log(c.parallel.tp / cfg.parallel.tp)))
+
+    return min(runs, key=key)
+
+
+def _optimizer_s(chosen: MeasuredRun, runs: list[MeasuredRun]) -> tuple[float | None,
+                                                                        MeasuredRun | None]:
+    """The chosen run's optimizer seconds per step, else another run's scaled by parameters."""
+    if chosen.optimizer_s is not None:
+        return chosen.optimizer_s, chosen
+    other = next((r for r in runs if r.optimizer_s is not None), None)
+    if other is None:
+        return None, None
+    per_param = other.optimizer_s / optimizer_parameters(other.cfg, 0)
+    return per_param * optimizer_parameters(chosen.cfg, 0), other
+
+
+def _measured_overlap(chosen: MeasuredRun, cfg: RunConfig) -> dict[str, float]:
+    """Overlap the run showed for its gradient collectives, where it overlaps as the target."""
+    c = chosen.cfg
+    only_dp = c.parallel.tp == c.parallel.cp == c.parallel.ep == 1 and c.parallel.dp > 1
+    if not only_dp or c.optim.overlap != cfg.optim.overlap:
+        return {}
+    return {_OVERLAP_OPS[k]: v for k, v in chosen.parts.overlap.items() if k in _OVERLAP_OPS}
+
+
+def _sums_sha256(run_path: Path) -> str:
+    return hashlib.sha256((run_path / "SHA256SUMS").read_bytes()).hexdigest()
+
+
+def _input(role: str, bundle_path: Path, given: str, what: str) -> ProjectionInput:
+    return ProjectionInput(role=role, bundle=bundle_path.name, path=given,  # type: ignore[arg-type]
+                           sums_sha256=_sums_sha256(bundle_path), what=what)
+
+
+def _run_what(r: MeasuredRun) -> str:
+    c = r.cfg
+    profiled = "profiled" if r.parts.timeline != "none" else "no profile"
+    return (f"{c.workload.name} on {c.platform.name} x{c.world_size} "
+            f"{layout_label(r.bundle.manifest.config)}, {profiled}, "
+            f"{'CUDA graph' if r.graphed else 'eager'} step")
+
+
+def _inputs(given: dict[Path, str], inputs: Inputs, chosen: MeasuredRun,
+            optimizer_from: MeasuredRun | None) -> list[ProjectionInput]:
+    out = []
+    for r in inputs.runs:
+        role = ("compute" if r is chosen else "optimizer" if r is optimizer_from else "unused")
+        out.append(_input(role, r.bundle.path, given[r.bundle.path.resolve()], _run_what(r)))
+    for f in inputs.fabric_bundles:
+        out.append(_input("fabric", f.path, given[f.path.resolve()],
+                          f"fabric on {f.manifest.platform['name']}: "
+                          f"{f.manifest.config['parallel']['dp']} ranks"))
+    return out
+
+
+def _model_step(cfg: RunConfig, rates: SourceRates, links: Links,
+                overlap: dict[str, float], graphed: bool) -> StepModel:
+    stages, times = [], []
+    for s in range(cfg.parallel.pp):
+        stage, collectives = stage_step(cfg, s, stage_compute(rates, cfg, s),
+                                        stage_collectives(cfg, s), links, overlap,
+                                        eager=not graphed)
+        stages.append(stage)
+        times += collectives
+    return assemble(cfg, stages, times)
+
+
+def _summary(cfg: RunConfig, step: Span, power: PowerProjection | None,
+             mem_gib: float) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """The canonical summary (point) and each projected key's ``[low, point, high]``."""
+    tokens = cfg.tokens_per_step
+    flops = model_flops_per_step(cfg.workload, cfg.global_batch_size, cfg.parallel.tp)
+    peak = cfg.platform.peak_tflops.get(cfg.dtype)
+    inverse = Span(1 / step.high, 1 / step.point, 1 / step.low)
+    tflops = inverse.scale(flops / cfg.world_size / 1e12)
+    spans: dict[str, Span] = {"step_time_s": step, "tokens_per_s": inverse.scale(tokens),
+                              "tflops_per_gpu": tflops}
+    if peak:
+        spans["mfu"] = tflops.scale(1 / peak)
+    if power is not None:
+        spans["power_w_mean"] = power.mean_w
+        spans["energy_j_per_token"] = power.energy_j_per_token
+    summary: dict[str, Any] = {
+        "step_time_s": None, "tokens_per_s": None, "tflops_per_gpu": None, "mfu": None,
+        "energy_j_per_token": None, "power_w_mean": None,
+        "power_w_peak": power.peak_w if power is not None else None,
+        "temp_gpu_c_max": None, "temp_gpu_c_spread": None, "clock_sm_frac_of_max": None,
+        "throttle_frac": None, "mem_peak_gib": mem_gib, "world_size": cfg.world_size}
+    summary.update({k: v.point for k, v in spans.items()})
+    return summary, {k: v.as_list() for k, v in spans.items()}
+
+
+def _assumptions(cfg: RunConfig, chosen: MeasuredRun, optimizer_from: MeasuredRun | None,
+                 links: Links, power: PowerProjection | None, graphed: bool) -> list[str]:
+    src = chosen.cfg
+    out = [
+        f"compute scaled from {chosen.bundle.path.name} ({_run_what(chosen)}) by model FLOPs per "
+        "rank and micro-batch: TP and CP shard every GEMM and attention ideally, norms and "
+        "element-wise kernels only with SP; kernel efficiency is the measured one at every "
+        "shape",
+        *links.describe(),
+        "TP, SP, CP, EP and PP exchanges block the compute stream (megatron-core's local spec, "
+        "no Transformer Engine overlap); pipeline: 1F1B with the measured-per-layer stage time",
+    ]
+    if src.workload.num_layers != cfg.workload.num_layers:
+        out.append(f"depth: {src.workload.num_layers} measured layers scaled to "
+                   f"{cfg.workload.num_layers}, every layer alike")
+    if src.micro_batch_size != cfg.micro_batch_size:
+        out.append(f"micro-batch {src.micro_batch_size} measured, {cfg.micro_batch_size} "
+                   "projected: time per sample taken as the measured one")
+    if chosen.parts.timeline == "none":
+        out.append("no profile breakdown: the whole measured step counted as compute (idle and "
+                   "exposed communication included)")
+    if optimizer_from is None:
+        out.append("optimizer time unknown (no phase timers): it stays in the per-micro-batch "
+                   "compute")
+    elif optimizer_from is not chosen:
+        out.append(f"optimizer time from {optimizer_from.bundle.path.name}'s phase timers, "
+                   "scaled by parameters per rank")
+    if chosen.graphed != graphed:
+        out.append(f"the measured step was {'one CUDA graph' if chosen.graphed else 'eager'}, "
+                   f"the target's would be {'one CUDA graph' if graphed else 'eager'}: host "
+                   "overhead differs (the interval's high end assumes a host-paced step)")
+    if power is None:
+        out.append("power not projected: the measured run has no GPU power telemetry")
+    else:
+        ph = power.phases
+        out.append(f"power: compute {ph.compute_w:.0f} W solved from the run's mean, idle "
+                   + (f"{ph.idle_w:.0f} W (warm idle samples)" if ph.idle_w is not None
+                      else "as compute (no warm idle samples)")
+                   + ", communication " + (f"{ph.comm_w:.0f} W" if ph.comm_w is not None
+                                           else "as compute")
+                   + "; peak as measured")
+    return out
+
+
+def project(paths: list[str | Path], target: ProjectionTarget,
+            command: list[str]) -> ProjectionFile:
+    """Project ``target`` from the bundles at ``paths`` (module docstring).
+
+    Raises:
+        KitInputError: Unusable inputs, an impossible target, no run of the same model and
+            platform, or no bandwidth figure for a collective the target needs.
+    """
+    inputs = read_inputs(paths)
+    platforms = {r.cfg.platform.name for r in inputs.runs}
+    if len(platforms) > 1:
+        raise KitInputError(f"runs of several platforms given ({', '.join(sorted(platforms))}): "
+                            "a projection scales one platform's measurements")
+    first = inputs.runs[0]
+    platform = load_platform(target.platform) if target.platform else first.cfg.platform
+    if platform.name != first.cfg.platform.name:
+        raise KitInputError(f"--platform {target.platform} is {platform.name}; the runs were "
+                            f"measured on {first.cfg.platform.name}: project on that platform")
+    plan = plan_target(target, first.cfg.workload, platform)
+    cfg = plan.cfg
+    if cfg.optim.fsdp or cfg.parallel.moe_dispatcher != "alltoall":
+        raise KitInputError("FSDP and the allgather MoE dispatcher are not modelled")
+    runs = [r for r in inputs.runs if _same_model(r, cfg)]
+    if not runs:
+        raise KitInputError(
+            f"no measured run of {cfg.workload.name}'s architecture (only its depth may "
+            f"differ): given {', '.join(sorted({r.cfg.workload.name for r in inputs.runs}))}")
+    graphed = _target_graphed(cfg)
+    chosen = _choose(runs, cfg, graphed)
+    optimizer_s, optimizer_from = _optimizer_s(chosen, runs)
+    rates = SourceRates.of(chosen, optimizer_s)
+    fabrics = [f for f, b in zip(inputs.fabrics, inputs.fabric_bundles, strict=True)
+               if b.manifest.platform["name"] == cfg.platform.name]
+    links = Links(cfg.platform, fabrics)
+    try:
+        step = _model_step(cfg, rates, links, _measured_overlap(chosen, cfg), graphed)
+    except ValueError as e:
+        raise KitInputError(str(e)) from None
+    lo, median, hi = chosen.step_s
+    step_s = step.step_s.stretch(1 - lo / median, hi / median - 1)
+    step = StepModel(step_s, step.pipeline_s, step.bubble_s, step.bubble_frac_analytical,
+                     step.stages, step.collectives)
+    power = project_power(chosen, inputs.comm_power_w, cfg, step)
+    mem_gib = max(s.allocated_bytes for s in plan.memory.stages) / GIB
+    summary, interval = _summary(cfg, step_s, power, mem_gib)
+    given = {Path(p).resolve(): str(p) for p in paths}
+    from kit.bundle.assemble import _git_commit
+
+    return ProjectionFile(
+        kit_version=kit.__version__, git_commit=_git_commit(),
+        created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command=command, inputs=_inputs(given, inputs, chosen, optimizer_from),
+        config=cfg.model_dump(mode="json"), summary=summary, interval=interval,
+        step={"pipeline_s": step.pipeline_s.as_list(), "bubble_s": step.bubble_s,
+              "bubble_frac_analytical": step.bubble_frac_analytical,
+              "micro_batches": cfg.grad_accum_steps, "graphed": graphed,
+              "measured_step_s": list(chosen.step_s)},
+        stages=[_stage_record(s) for s in step.stages],
+        collectives=[_collective_record(cfg, c) for c in step.collectives],
+        power=None if power is None else {"compute_w": power.phases.compute_w,
+                                          "comm_w": power.phases.comm_w,
+                                          "idle_w": power.phases.idle_w},
+        memory={"allocated_gib": mem_gib, "fits": plan.memory.fits, "refusal": plan.refusal},
+        assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed),
+        notes=[f"layout {layout_label(cfg.model_dump(mode='json'))}"]
+        + ([f"predicted not to fit: {plan.refusal}"] if plan.refusal else []))
+
+
+def _stage_record(s: Any) -> StageRecord:
+    return StageRecord(stage=s.stage, compute_s=s.compute.device_s,
+                       compute_by_category_s=s.compute.by_category, idle_s=s.idle_s.as_list(),
+                       blocking_comm_s=s.blocking_comm_s.as_list(),
+                       micro_batch_s=s.micro_batch_s.as_list(),
+                       optimizer_s=s.compute.optimizer_s, tail_s=s.tail_s.as_list())
+
+
+def _collective_record(cfg: RunConfig, c: Any) -> CollectiveRecord:
+    where = place(cfg, c.collective.group)
+    k = c.collective
+    return CollectiveRecord(stage=c.stage, what=k.what, op=k.op, group=k.group,
+                            group_size=where.size, members_per_node=where.members_per_node,
+                            nodes=where.nodes, size_bytes=k.size_bytes, calls=k.calls,
+                            scope=k.scope, time_s=c.time_s.as_list(),
+                            exposed_s=c.exposed_s.as_list())

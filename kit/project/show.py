@@ -1,0 +1,77 @@
+"""``charllm-kit project``'s output: the projection written to a file and shown as tables."""
+
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tabulate import tabulate
+
+from kit.analysis.compare_format import format_value
+from kit.project.file import SUFFIX, ProjectionFile, write_projection
+from kit.project.model import project
+from kit.project.request import ProjectionTarget
+
+_SHOWN = (("step_time_s", "step time", "s"), ("tokens_per_s", "tokens/s", ""),
+          ("tflops_per_gpu", "TFLOP/s per device", ""), ("mfu", "MFU", "fraction"),
+          ("power_w_mean", "mean power per device", "W"),
+          ("energy_j_per_token", "energy per token", "J"))
+_TOP_COLLECTIVES = 8
+
+
+def projection_name(p: ProjectionFile) -> str:
+    """``<UTC>-<workload>-<platform>x<ranks>-<6 hex>.projection.json``, like a bundle id."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    cfg = p.config
+    return (f"{stamp}-{cfg['workload']['name']}-{cfg['platform']['name']}x"
+            f"{p.summary['world_size']}-{secrets.token_hex(3)}{SUFFIX}")
+
+
+def run_projection(bundles: list[Path], target: ProjectionTarget, out: Path,
+                   command: list[str]) -> tuple[ProjectionFile, Path]:
+    """Project and write the file into ``out``; return both."""
+    proj = project(list(bundles), target, command)
+    return proj, write_projection(proj, out / projection_name(proj))
+
+
+def _cell(p: ProjectionFile, key: str, unit: str) -> str:
+    value = p.summary.get(key)
+    if value is None:
+        return "n/a"
+    low, _, high = p.interval.get(key, [value, value, value])
+    return (f"{format_value(value, unit)} [{format_value(low, unit)}.."
+            f"{format_value(high, unit)}]")
+
+
+def projection_text(p: ProjectionFile) -> str:
+    """The projection for people: figures with intervals, stages, collectives, assumptions."""
+    rows = [(label, _cell(p, key, unit)) for key, label, unit in _SHOWN]
+    peak = p.summary.get("power_w_peak")
+    rows += [("peak power per device", "n/a" if peak is None else f"{peak:.4g} (as measured)"),
+             ("memory per device (estimate)", f"{p.memory['allocated_gib']:.4g} GiB"),
+             ("world size", str(p.summary["world_size"]))]
+    parts = ["PROJECTED (a model's figures, not a measurement): point [low..high]",
+             tabulate(rows, headers=("figure", "projected"), disable_numparse=True)]
+    step = p.step
+    bubble = step["bubble_frac_analytical"]
+    parts.append(f"{step['micro_batches']} micro-batches per step"
+                 + (f"; pipeline bubble {step['bubble_s']:.4g} s (analytical fraction "
+                    f"{bubble * 100:.1f}%)" if bubble is not None else ""))
+    parts.append(tabulate(
+        [(s.stage, f"{s.compute_s:.4g}", f"{s.idle_s[1]:.4g}", f"{s.blocking_comm_s[1]:.4g}",
+          f"{s.micro_batch_s[1]:.4g}", f"{s.optimizer_s:.4g}", f"{s.tail_s[1]:.4g}")
+         for s in p.stages],
+        headers=("stage", "compute/mb s", "idle/mb s", "comm/mb s", "micro-batch s",
+                 "optimizer s", "after pipeline s"), disable_numparse=True))
+    top = sorted(p.collectives, key=lambda c: -c.exposed_s[1])[:_TOP_COLLECTIVES]
+    if top:
+        parts.append("collectives with the most exposed time (per micro-batch or per step):\n"
+                     + tabulate([(c.stage, c.what, c.group, f"{c.group_size} ({c.nodes} node"
+                                  f"{'s' if c.nodes > 1 else ''})", c.size_bytes, c.calls,
+                                  c.scope, f"{c.exposed_s[1]:.4g}") for c in top],
+                                headers=("stage", "collective", "group", "ranks", "bytes",
+                                         "calls", "per", "exposed s"), disable_numparse=True))
+    parts.append("inputs:\n" + "\n".join(f"  {i.role}: {i.bundle} ({i.what})"
+                                         for i in p.inputs))
+    parts.append("assumptions:\n" + "\n".join(f"  - {a}" for a in p.assumptions))
+    parts += [f"note: {n}" for n in p.notes]
+    return "\n\n".join(parts)
