@@ -155,7 +155,7 @@ class TelemetrySource(ABC):
 
     @abstractmethod
     def sample(self, t: float) -> list[dict[str, Any]]:
-        """Read every fast field once (the slow ones are its :meth:`slow_readers`').
+        """Read every fast field once (the slow ones are read through :meth:`slow_readers`).
 
         Args:
             t: The sampler's tick time in unix seconds; every row of this tick carries it.

@@ -30,11 +30,12 @@ class FieldPeriods:
 
     def worst_ms(self) -> dict[str, dict[str, float]]:
         """Per source and field, the mean period between values in milliseconds, on the
-        device where it was longest; fields seen fewer than twice are left out."""
+        device where it was longest; fields seen fewer than twice, or only at one time, are
+        left out."""
         out: dict[str, dict[str, float]] = {}
         for (source, _), fields in self._seen.items():
             for name, (first, last, count) in fields.items():
-                if count > 1:
+                if count > 1 and last > first:
                     period = 1e3 * (last - first) / (count - 1)
                     per_source = out.setdefault(source, {})
                     per_source[name] = max(per_source.get(name, 0.0), period)
