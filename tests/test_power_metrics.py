@@ -145,6 +145,30 @@ def test_excursions_peak_to_mean_and_runs_across_step_gaps():
     assert one(per_device, 1)["excursions"] == 0
 
 
+def test_instantaneous_power_where_present_and_slow_rows_between():
+    """Peak-to-mean and excursions use instantaneous power (``power_w``) where a device has it,
+    else its averaged power, and say which; a slow counter's own rows (power null) between the
+    fast ones neither split an excursion nor count as power samples."""
+    facts = [{"node": 0, "device": d, "power_limit_w": 400.0} for d in (0, 1)]
+    # Device 0 has both: instant 300, 380, 390, 300 W; the average a flat 340 W. Between its
+    # fast rows, slow rows carry only the energy counter (the sampler's slow lane).
+    rows = [make_row(0.5 * i, 0, 0, "gpu", power_w=p, power_avg_w=340.0)
+            for i, p in enumerate([300.0, 380.0, 390.0, 300.0])]
+    rows += [make_row(0.5 * i + 0.25, 0, 0, "gpu", energy_j=1000.0 + 170.0 * i) for i in range(3)]
+    # Device 1 (an MI250 GCD) reports only the average.
+    rows += [make_row(0.5 * i, 0, 1, "gpu", power_avg_w=p)
+             for i, p in enumerate([200.0, 380.0, 200.0, 200.0])]
+    per_device, agg = device_metrics(table(rows), steps([(0, 0, "measured", 0.0, 1.5)]), facts, 1)
+    d0, d1 = one(per_device, 0), one(per_device, 1)
+    assert d0["power_field"] == "power_w" and d1["power_field"] == "power_avg_w"
+    # one run above 360 W from 0.5 s, back below at 1.5 s, across the slow rows at .75 and 1.25
+    assert (d0["excursions"], d0["excursion_s"]) == (1, 1.0)
+    assert d0["peak_to_mean"] == pytest.approx(390.0 / 342.5)
+    assert (d1["excursions"], d1["excursion_s"]) == (1, 0.5)
+    assert d0["energy_j"] == 340.0 and d0["energy_source"] == "counter"
+    assert agg["power_field"] == "mixed" and agg["peak_to_mean"] == pytest.approx(380.0 / 245.0)
+
+
 def test_throttle_fractions_by_reason_with_combined_bits():
     bits = THROTTLE_BITS
     # device 0: 0, power_cap, power_cap|thermal_hw, thermal_sw|other, null -> 4 readings

@@ -46,14 +46,24 @@ def test_stop_never_hangs_whenever_the_sampler_is_sigkilled(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_sigterm_makes_the_sampler_write_its_last_chunk_and_report(tmp_path):
-    sampler = host_sampler(tmp_path, interval_ms=20)
-    sampler.start()
-    time.sleep(0.5)
+    """SIGTERM alone ends the sampler, which writes the rows it still holds and its report.
+
+    No chunk is due before the end here (no row limit or flush time is reached), so every row
+    on disk is one the SIGTERM path wrote; how many ticks the sampler took before the signal
+    depends on the host's load and is not asserted (issue 26: 4-6 rows under load, not 10).
+    """
+    sampler = TelemetrySampler([("host", {"node": 0})], interval_ms=20, chunks_dir=tmp_path,
+                               chunk_rows=10**6, flush_s=3600)
+    sampler.start()  # returns after the first tick: at least one row is buffered
     os.kill(sampler.pid, signal.SIGTERM)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not (sampler.report_path.exists() and SamplerReport.read(sampler.report_path).complete):
+        assert time.monotonic() < deadline, "the sampler did not finish within 30 s of SIGTERM"
+        time.sleep(0.05)
     report = sampler.stop(timeout_s=10)
     assert report.complete and report.ended_by == "SIGTERM" and report.errors == []
-    assert concat_chunks(tmp_path).num_rows == report.rows_written >= 10
+    assert report.chunks == 1 and report.ticks >= 1
+    assert concat_chunks(tmp_path).num_rows == report.rows_written == report.ticks
 
 
 @pytest.mark.timeout(60)

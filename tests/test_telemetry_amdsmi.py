@@ -20,7 +20,10 @@ from typing import Any
 import pytest
 
 import kit.telemetry.amd.amdsmi as amd
+import kit.telemetry.amd.device as amd_device
+import kit.telemetry.amd.library as amd_library
 import kit.telemetry.amd.quirks as quirks
+import kit.telemetry.amd.readers as amd_readers
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
 from kit.telemetry.amd.amdsmi import AmdSmiSource, load_amdsmi
 from kit.telemetry.amd.quirks import (
@@ -36,9 +39,11 @@ from kit.telemetry.amd.quirks import (
     mi250_is_secondary,
     package_share,
 )
+from kit.telemetry.base import sample_once
 from kit.telemetry.fields import THROTTLE_BITS
 from tests.conftest import REPO
 from tests.fakes import fake_library
+from tests.test_telemetry_nvml import assert_never_read_early, spacing_ms, wait_for_reads
 
 
 def _rocm_here() -> bool:
@@ -102,7 +107,7 @@ def test_refusal_is_silent_and_the_import_lazy() -> None:
 
 def test_every_docstring_says_not_verified() -> None:
     documented = []
-    for module in (amd, quirks):
+    for module in (amd, amd_device, amd_library, amd_readers, quirks):
         assert "not yet verified on hardware" in (module.__doc__ or "")
         for name, obj in vars(module).items():
             if getattr(obj, "__module__", None) != module.__name__ or not callable(obj):
@@ -436,10 +441,11 @@ def fake_amdsmi(monkeypatch, tmp_path):
 
 
 def sample_ticks(source: AmdSmiSource, ticks: int, period_s: float = 0.02) -> list[dict]:
-    """``ticks`` samples on the live clock, at least ``period_s`` apart, as the sampler takes."""
+    """``ticks`` reads of every field, fast and slow, on the live clock, at least ``period_s``
+    apart."""
     rows: list[dict] = []
     for _ in range(ticks):
-        rows += source.sample(time.time())
+        rows += sample_once(source, time.time())
         time.sleep(period_s)
     return rows
 
@@ -458,7 +464,7 @@ def test_mi250_die_order_both_ways(fake_amdsmi, primary_first: bool) -> None:
     fake_amdsmi("7.0", gcds)
     source = AmdSmiSource(node=0)
     try:
-        rows = source.sample(time.time()) + source.sample(time.time() + 0.02)
+        rows = sample_once(source, time.time()) + sample_once(source, time.time() + 0.02)
         facts, fields = source.devices(), source.fields()
     finally:
         source.close()
@@ -487,7 +493,8 @@ def test_each_release_reads_field_by_field(fake_amdsmi, version: str) -> None:
     fake_amdsmi(version, [mi300x()])
     source = AmdSmiSource(node=3)
     try:  # 50 ms apart: the fake's residency counters advance 1 per ms of wall time
-        rows = [r for _ in range(2) for r in (time.sleep(0.05), source.sample(time.time()))[1]]
+        rows = [r for _ in range(2)
+                for r in (time.sleep(0.05), sample_once(source, time.time()))[1]]
         fields, facts = source.fields(), source.devices()
     finally:
         source.close()
@@ -637,29 +644,64 @@ def test_mi300_never_calls_the_sleeping_violation_api(fake_amdsmi) -> None:
     assert not any(name == "amdsmi_get_violation_status" for _, name in fake._calls)
 
 
-@pytest.mark.timeout(120)
-def test_the_sampler_keeps_host_rows_on_time_with_eight_mi300s(fake_amdsmi, tmp_path) -> None:
-    """The real sampler process builds the real source on the fake: 8 MI300X, one of them
-    failing mid-run; the host source keeps its 20 ms period and the source is never dropped."""
+SLOW_CALL_S = 0.01
+"""How long the fake's energy counter read takes, on every device."""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("node", ["8 x MI300X", "4 x MI250X (8 GCDs)"])
+def test_eight_devices_keep_the_fast_period_while_each_energy_read_takes_10_ms(
+        fake_amdsmi, tmp_path, node: str) -> None:
+    """The real sampler process builds the real source on the fake: 8 devices whose energy
+    counter takes 10 ms to read, one of them failing mid-run. Each device's slow fields are
+    read on a thread of their own at their own period; the fast rows keep theirs, the host
+    rows come every tick, and the sleeping violation API is never called."""
+    import statistics
+
     from kit.bundle.writer import concat_chunks
+    from kit.telemetry.amd.readers import SLOW_READ_MS
     from kit.telemetry.sampler import TelemetrySampler
 
-    failing = [{"call": "amdsmi_get_gpu_metrics_info", "after": 20, "times": None,
-                "status": "AMDSMI_STATUS_DRM_ERROR"}]
-    devices = [mi300x(i, sleep_s={"amdsmi_get_violation_status": 0.1}) for i in range(8)]
-    devices[3]["failures"] = failing
+    sleeps = {"amdsmi_get_energy_count": SLOW_CALL_S, "amdsmi_get_violation_status": 0.1}
+    if node.endswith("MI300X"):
+        devices = [mi300x(i, sleep_s=sleeps) for i in range(8)]
+        counting = set(range(8))
+    else:  # each package's primary GCD reports its power and energy (quirk (a))
+        devices = [mi250_gcd(i % 2 == 0, i, sleep_s=sleeps) for i in range(8)]
+        counting = {0, 2, 4, 6}
+    devices[3]["failures"] = [{"call": "amdsmi_get_gpu_metrics_info", "after": 20, "times": None,
+                               "status": "AMDSMI_STATUS_DRM_ERROR"}]
     fake_amdsmi("7.0", devices)
+    chunks = tmp_path / "chunks"
     sampler = TelemetrySampler([("amdsmi", {"node": 0}), ("host", {"node": 0})],
-                               interval_ms=20, chunks_dir=tmp_path / "chunks")
+                               interval_ms=20, chunks_dir=chunks, flush_s=0.2)
     sampler.start()
-    time.sleep(2.0)
-    report = sampler.stop()
-    rows = concat_chunks(tmp_path / "chunks").to_pylist()
-    host = [r for r in rows if r["source"] == "host"]
+    try:  # the counter gives values once checked against power x time over 1 s
+        wait_for_reads(chunks, counting, "energy_j", reads=6, timeout_s=120)
+    finally:
+        report = sampler.stop()
+    rows = concat_chunks(chunks).to_pylist()
     gpu = [r for r in rows if r["source"] == "gpu"]
-    assert report.errors == [] and len(host) == report.ticks >= 50
-    assert report.mean_period_ms < 40  # a violation read per device would take 800 ms
-    assert {r["device"] for r in gpu} == set(range(8))
-    throttle = by_device(gpu, "throttle")
-    assert throttle[3][-1] is None and throttle[0][-1] == THROTTLE_BITS["power_cap"]
-    assert report.devices["amdsmi"][7]["uuid"] == "mi300x-7"
+    assert report.errors == []
+    assert len([r for r in rows if r["source"] == "host"]) == report.ticks
+    for device in range(8):
+        fast = spacing_ms(gpu, device, "temp_gpu_c")
+        # the old structure read 8 energy counters in every tick: >= 80 ms between rows
+        assert statistics.median(fast) < 8 * SLOW_CALL_S * 1e3
+        if device in counting:
+            energy = spacing_ms(gpu, device, "energy_j")
+            assert len(fast) >= 2 * len(energy) >= 2 * 5
+            assert_never_read_early(gpu, device, "energy_j", SLOW_READ_MS["energy_j"])
+        else:
+            assert not spacing_ms(gpu, device, "energy_j")
+    last_fast = {d: [r for r in gpu if r["device"] == d and r["temp_gpu_c"] is not None][-1]
+                 for d in range(8)}
+    assert last_fast[3]["throttle"] is None  # its gpu_metrics failed: lost there only
+    assert last_fast[0]["throttle"] == THROTTLE_BITS["power_cap"]
+    worst = max(statistics.fmean(spacing_ms(gpu, d, "energy_j")) for d in counting)
+    assert report.field_periods_ms["amdsmi"]["energy_j"] == pytest.approx(worst)
+    info = report.sources["amdsmi"]
+    assert info["energy_j"].read_period_ms == SLOW_READ_MS["energy_j"]
+    assert "device 3: " in info["throttle"].reason and "AMDSMI_STATUS_DRM_ERROR" in (
+        info["throttle"].reason)
+    assert report.devices["amdsmi"][7]["uuid"].endswith("-7")

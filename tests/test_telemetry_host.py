@@ -12,6 +12,7 @@ import pytest
 from kit.bundle.writer import concat_chunks as read_chunks
 from kit.errors import KitInputError
 from kit.telemetry import (
+    SOURCES,
     TelemetryError,
     TelemetryNotSupportedError,
     TelemetrySource,
@@ -123,9 +124,17 @@ def test_chunks_hold_all_rows_in_time_order(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_failing_source_is_dropped_and_host_keeps_sampling(tmp_path: Path) -> None:
+def register_for_this_test(monkeypatch: pytest.MonkeyPatch, name: str,
+                           cls: type[TelemetrySource]) -> None:
+    """``register_source``, undone when the test ends: the registry is the process's, and a
+    name left behind would show up in other tests' lists of known sources."""
+    monkeypatch.setitem(SOURCES, name, f"{cls.__module__}:{cls.__qualname__}")
+    register_source(name, cls)
+
+
+def test_failing_source_is_dropped_and_host_keeps_sampling(tmp_path: Path, monkeypatch) -> None:
     """A source that raises mid-run is recorded and dropped; the host goes on."""
-    register_source("flaky", FlakySource)
+    register_for_this_test(monkeypatch, "flaky", FlakySource)
     report, rows = run_sampler(
         tmp_path,
         [("flaky", {"node": 0, "ok_samples": 5}), ("host", {"node": 0})],
@@ -144,9 +153,9 @@ def test_failing_source_is_dropped_and_host_keeps_sampling(tmp_path: Path) -> No
     assert report.sources["flaky"] == {"power_w": FieldInfo(True)}
 
 
-def test_start_fails_when_no_source_can_run(tmp_path: Path) -> None:
+def test_start_fails_when_no_source_can_run(tmp_path: Path, monkeypatch) -> None:
     """start() raises with the reason when no source can be built."""
-    register_source("unsupported", UnsupportedSource)
+    register_for_this_test(monkeypatch, "unsupported", UnsupportedSource)
     sampler = TelemetrySampler([("unsupported", {})], interval_ms=20, chunks_dir=tmp_path)
     with pytest.raises(TelemetryError, match="no such driver on this host"):
         sampler.start()

@@ -12,6 +12,7 @@ import pynvml
 import pytest
 
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
+from kit.telemetry.base import sample_once
 from kit.telemetry.fields import TELEMETRY_COLUMNS, THROTTLE_BITS
 from kit.telemetry.nvidia.throttle import decode_nvml_clocks_event_reasons
 from kit.telemetry.throttle import reason_names
@@ -131,7 +132,7 @@ def test_samples_real_gpus() -> None:
     try:
         fields = source.fields()
         devices = source.devices()
-        rows = source.sample(123.0) + source.sample(124.0)
+        rows = sample_once(source, 123.0) + sample_once(source, 124.0)
     finally:
         source.close()
     assert {"power_w", "energy_j", "throttle", "link_tx_bytes"} <= set(fields)
@@ -205,12 +206,13 @@ def fake_nvml(monkeypatch, tmp_path):
 
 
 TICK_S = 0.11
-"""Just over the slow counters' read period: they are read on every tick."""
+"""Time between two reads of every field (fast and slow) in these tests."""
 
 
 def sample_slow_every_tick(source, n: int) -> list[dict]:
-    """``n`` ticks ``TICK_S`` apart, from t = 1000 s."""
-    return [row for i in range(n) for row in source.sample(1_000.0 + TICK_S * i)]
+    """``n`` reads of every field, fast and slow (``sample_once``), ``TICK_S`` apart, from
+    t = 1000 s."""
+    return [row for i in range(n) for row in sample_once(source, 1_000.0 + TICK_S * i)]
 
 
 def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
@@ -299,3 +301,105 @@ def test_the_sampler_writes_unwrapped_counters(fake_nvml, tmp_path) -> None:
     assert report.errors == [] and len(tx) >= 12  # read every 100 ms: past the first wrap
     assert tx == [i * step for i in range(1, len(tx) + 1)]
     assert report.devices["nvml"][0]["uuid"] == "GPU-fake-0"
+
+
+# --- eight GPUs whose slow queries take 10 ms each (issue 25) -----------------------------------
+
+SLOW_CALL_S = 0.01
+"""How long each slow NVML query of the fake takes: H200's energy counter takes about 5 ms per
+device, its NVLink per-link counters 13 ms."""
+
+SLOW_QUERIES = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetViolationStatus",
+                "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES",
+                "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")
+
+
+def eight_slow_h100s() -> dict:
+    """Eight H100s with two NVLink links each, every slow query taking ``SLOW_CALL_S``."""
+    per_link = {"type": "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG",
+                "values": [10 * i for i in range(10**4)]}
+    nvlink = {"scope": {"0": per_link, "1": per_link}}
+    device = h100([7 * i for i in range(10**4)], NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX=nvlink,
+                  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX=nvlink)["devices"][0]
+    return {"devices": [{**device, "uuid": f"GPU-fake-{i}", "nvlinks": 2,
+                         "sleep_s": dict.fromkeys(SLOW_QUERIES, SLOW_CALL_S)} for i in range(8)]}
+
+
+def gpu_rows(chunks) -> list[dict]:
+    from kit.bundle.writer import concat_chunks
+
+    return [r for r in concat_chunks(chunks).to_pylist() if r["source"] == "gpu"]
+
+
+def wait_for_reads(chunks, devices: set[int], field: str, reads: int, timeout_s: float) -> None:
+    """Wait until each of ``devices`` has ``reads`` rows with ``field`` on disk (counts, not
+    time: a loaded host only makes it wait longer)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = [r["device"] for r in (gpu_rows(chunks) if chunks.exists() else [])
+               if r[field] is not None]
+        if all(got.count(d) >= reads for d in devices):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {reads} {field} rows per device within {timeout_s} s")
+
+
+def spacing_ms(rows: list[dict], device: int, field: str) -> list[float]:
+    """Milliseconds between consecutive rows of ``device`` that hold ``field``."""
+    t = sorted(r["t"] for r in rows if r["device"] == device and r[field] is not None)
+    return [1e3 * (b - a) for a, b in zip(t, t[1:], strict=False)]
+
+
+def assert_never_read_early(rows: list[dict], device: int, field: str, period_ms: float) -> None:
+    """A slow field is read on a grid of ``period_ms`` from its lane's start (just before the
+    first tick): ``n`` reads need ``n - 1`` periods after it, however late any read came. One
+    period of slack covers the lane's start."""
+    t0 = min(r["t"] for r in rows if r["device"] == device)
+    t = sorted(r["t"] for r in rows if r["device"] == device and r[field] is not None)
+    assert 1e3 * (t[-1] - t0) >= (len(t) - 2) * period_ms - 1, (field, len(t), t[-1] - t0)
+
+
+@pytest.mark.timeout(180)
+def test_eight_gpus_keep_the_fast_period_while_each_slow_query_takes_10_ms(fake_nvml, tmp_path):
+    """Read in the tick, device after device, the 7 slow queries of 8 GPUs would take 560 ms
+    per tick (issue 25 saw 114 ms on 4 x H200); off the fast path each device's slow fields are
+    read on a thread of their own, each at its own period, and the fast rows keep theirs."""
+    import statistics
+
+    from kit.telemetry.nvidia.candidates import SLOW_READ_MS
+    from kit.telemetry.sampler import TelemetrySampler
+
+    fake_nvml(eight_slow_h100s())
+    chunks = tmp_path / "chunks"
+    sampler = TelemetrySampler([("nvml", {"node": 0})], interval_ms=20, chunks_dir=chunks,
+                               flush_s=0.2)
+    sampler.start()
+    try:
+        wait_for_reads(chunks, set(range(8)), "link_tx_bytes", reads=5, timeout_s=120)
+    finally:
+        report = sampler.stop()
+    rows = gpu_rows(chunks)
+    assert report.errors == []
+    serial_ms = 8 * SLOW_CALL_S * 1e3  # one slow query on every device, one after another
+    for device in range(8):
+        fast = spacing_ms(rows, device, "power_w")
+        energy = spacing_ms(rows, device, "energy_j")
+        # Fast rows keep coming while the slow ones wait on their 10 ms queries: the old
+        # structure read every slow field in every row, and its rows came >= 560 ms apart.
+        assert statistics.median(fast) < serial_ms
+        assert len(fast) >= 2 * len(energy) >= 2 * 5
+        # The slow rows hold only slow fields, and each slow field is read at its own period.
+        slow = [r for r in rows if r["device"] == device and r["energy_j"] is not None]
+        assert all(r["power_w"] is None and r["pcie_tx_bytes"] is not None for r in slow)
+        for field in ("energy_j", "link_tx_bytes"):
+            assert_never_read_early(rows, device, field, SLOW_READ_MS[field])
+    # Each field's period is recorded as read: the slowest device's mean spacing of its values.
+    periods = report.field_periods_ms["nvml"]
+    for field in ("power_w", "energy_j", "link_rx_bytes"):
+        worst = max(statistics.fmean(spacing_ms(rows, d, field)) for d in range(8))
+        assert periods[field] == pytest.approx(worst)
+    fields = report.sources["nvml"]
+    assert fields["energy_j"].read_period_ms == SLOW_READ_MS["energy_j"]
+    assert fields["power_w"].read_period_ms is None
+    assert "NVML_FI_DEV_POWER_INSTANT (instantaneous)" in fields["power_w"].reason
+    assert report.cpu_s > 0 and report.wall_s > 0

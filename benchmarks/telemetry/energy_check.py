@@ -30,10 +30,10 @@ def main(bundle: Path) -> None:
     print(f"bundle {bundle.name}: {len(spans)} measured steps, {len(gpu)} GPU samples")
     for dev, rows in gpu.groupby("device"):
         rows = rows.sort_values("t")
-        t = rows["t"].to_numpy()
-        print(f"device {dev}: median sample period {np.median(np.diff(t)) * 1e3:.1f} ms")
+        t_power = rows.dropna(subset=["power_w"])["t"].to_numpy()
+        print(f"device {dev}: median sample period {np.median(np.diff(t_power)) * 1e3:.1f} ms")
         # The measured phase as one interval, between its first and last counter reading
-        # (the counter is read every SLOW_READ_MS, power every tick): the counter's rise
+        # (the counter is read at its own slower period, power every tick): the counter's rise
         # there against the trapezoidal integral of sampled power over the same interval.
         inside = rows[(rows["t"] >= spans[0][0]) & (rows["t"] <= spans[-1][1])]
         readings = inside.dropna(subset=["energy_j"])
@@ -51,11 +51,12 @@ def main(bundle: Path) -> None:
                   f"({100 * (z.sum() - counter) / counter:+.2f}% vs counter; windows span the "
                   "steps only, the counter the phase between its first and last reading)")
         seen: Counter[str] = Counter()
-        for mask in rows["throttle"].dropna().astype(int):
+        masks = rows["throttle"].dropna().astype(int)
+        for mask in masks:
             for name, bit in THROTTLE_BITS.items():
                 if mask & bit:
                     seen[name] += 1
-        share = {k: f"{v / len(rows):.1%}" for k, v in seen.items()}
+        share = {k: f"{v / len(masks):.1%}" for k, v in seen.items()}
         print(f"  throttle reasons seen (share of samples): {share or 'none'}")
         print(f"  power_w mean {rows['power_w'].mean():.0f} W, max {rows['power_w'].max():.0f} W; "
               f"temp max {rows['temp_gpu_c'].max():.0f} C; "

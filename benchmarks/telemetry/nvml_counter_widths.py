@@ -2,15 +2,15 @@
 
     python3 benchmarks/telemetry/nvml_counter_widths.py
 
-``kit/telemetry/nvidia/nvml.py`` unwraps each cumulative counter at the width of the value type NVML
-returns it in (``c_nvmlFieldValue_t.valueType``), read at run time. This prints that type for
+``kit/telemetry/nvidia/device.py`` unwraps each cumulative counter at the width of the value type
+NVML returns it in (``c_nvmlFieldValue_t.valueType``), read at run time. This prints that type for
 every field value the kit reads, per device, so the widths the CI fakes assume
 (``tests/fakes/nvml``: PCIe byte counters as 32-bit ``uiVal``) can be checked against a real
-driver. Then it samples ``NvmlSource`` at 20 ms (the PCIe counters are read every 100 ms)
-while a copy loop moves 256 MiB host -> cuda:0 and back, over and over, for 3 s, and compares
-each PCIe counter's advance with the bytes the loop copied (TX: device to host, RX: host to
-device), and prints the wraps ``fields()`` reports. Run from the repository root with the kit
-importable.
+driver. Then it reads every field of ``NvmlSource`` (``sample_once``: the fast ones and the
+slow counters) every 20 ms while a copy loop moves 256 MiB host -> cuda:0 and back, over and
+over, for 3 s, and compares each PCIe counter's advance with the bytes the loop copied (TX:
+device to host, RX: host to device), and prints the wraps ``fields()`` reports. Run from the
+repository root with the kit importable.
 """
 
 import importlib.metadata
@@ -20,6 +20,7 @@ import time
 import pynvml
 import torch
 
+from kit.telemetry.base import sample_once
 from kit.telemetry.nvidia.nvml import NvmlSource
 
 FIELDS = ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_AVERAGE", "NVML_FI_DEV_MEMORY_TEMP",
@@ -70,18 +71,18 @@ def main() -> None:
     source = NvmlSource(node=0)
     rows = []
     try:
-        rows += source.sample(time.time())
+        rows += sample_once(source, time.time())
         start.set()
         t_copy = time.time()
         while time.time() < t_copy + 3.0:
             time.sleep(0.02)
-            rows += source.sample(time.time())
+            rows += sample_once(source, time.time())
         stop.set()
         worker.join()
         t_copy = time.time() - t_copy
-        for _ in range(8):  # past one more slow read
+        for _ in range(8):
             time.sleep(0.02)
-            rows += source.sample(time.time())
+            rows += sample_once(source, time.time())
         fields = source.fields()
     finally:
         stop.set()

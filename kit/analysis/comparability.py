@@ -125,11 +125,12 @@ def energy_source(bundle: Bundle) -> str | None:
 
 
 def power_source(bundle: Bundle) -> str | None:
-    """The backend that fed the run's power: GPU ``power_w``, else host ``cpu_power_w``."""
+    """The backend that fed the run's power: GPU ``power_w`` (instantaneous), else GPU
+    ``power_avg_w`` (averaged, e.g. MI250), else host ``cpu_power_w``."""
     if bundle.metrics.summary.get("power_w_mean") is None:
         return None
     sources = bundle.manifest.telemetry_sources
-    for name in ("power_w", "cpu_power_w"):
+    for name in ("power_w", "power_avg_w", "cpu_power_w"):
         src = s.source if (s := sources.get(name)) else None
         if src:
             return f"{src} {name}"

@@ -139,13 +139,17 @@ def _step_legend(ax: Any) -> None:
 
 
 def power_timeline(bundle: Bundle) -> Figure | None:
-    """Power of every device over time with the step windows marked (GPU, else host RAPL)."""
+    """Power of every device over time with the step windows marked (GPU: instantaneous, else
+    averaged; else host RAPL)."""
     windows = step_windows(bundle.steps)
     t0 = _origin(windows)
     if t0 is None:
         return None
     series = gpu_series(bundle.telemetry, "power_w", t0)
     label = "board power (W)"
+    if not series:  # a device with only the driver's average (e.g. MI250)
+        series = gpu_series(bundle.telemetry, "power_avg_w", t0)
+        label = "board power, averaged (W)"
     if not series:
         series = host_series(bundle.telemetry, "cpu_power_w", t0)
         label = "CPU package power (W)"

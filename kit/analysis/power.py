@@ -6,19 +6,25 @@ Per device (one ``(node, device)`` series, samples in time order):
 
 * ``energy_j``: the hardware counter's rise inside the measured step windows (``energy_source``
   ``counter``): the rise between two readings in one window counts whole; between readings in
-  consecutive steps' windows it is split linearly and only the share inside the windows
-  counts, so the readings' spacing does not drop the energy at each step's edges. A device
-  without two counter readings integrates ``power_w`` the same way (trapezoid, ``integrated
+  consecutive steps' windows it is split linearly and only the share inside the windows counts,
+  so the readings' spacing does not drop the energy at each step's edges. A device without two
+  counter readings integrates its power (``power_field``) the same way (trapezoid, ``integrated
   power``). Only the stretch before the measured phase's first reading and after its last is
   left out (under one sampling period at each end). ``energy_j_per_step``: ``energy_j`` /
   measured steps.
+* ``power_field``: which power column the device's power figures use: ``power_w``
+  (instantaneous) where the device has readings of it, else ``power_avg_w`` (the driver's
+  windowed average, e.g. an MI250, whose AMD SMI gives no current power). An average smooths
+  the swings that peak-to-mean and excursions measure, so a device that has both uses the
+  instantaneous one.
 * ``power_w_mean`` / ``power_w_peak``: mean and highest power sample; ``peak_to_mean`` their
   ratio.
-* Excursions: maximal runs of consecutive measured samples with power above ``excursion_frac``
-  x the device's power limit (the short gaps between steps do not split a run). A run lasts
-  from its first sample to the next measured sample (the first one back below), or to its own
-  last sample when no such sample follows. ``excursions`` counts runs, ``excursion_s`` sums
-  durations; both null without a known limit or without power readings.
+* Excursions: maximal runs of consecutive measured power samples above ``excursion_frac``
+  x the device's power limit (the short gaps between steps, and rows without a power reading,
+  such as a slow counter's own rows, do not split a run). A run lasts from its first sample to
+  the next measured power sample (the first one back below), or to its own last sample when
+  no such sample follows. ``excursions`` counts runs, ``excursion_s`` sums durations; both
+  null without a known limit or without power readings.
 * ``temp_gpu_c_mean`` / ``temp_gpu_c_max``, ``temp_mem_c_max``, ``util_gpu_pct_mean``.
 * ``clock_sm_frac_of_max``: mean SM clock / the device's maximum SM clock.
 * ``throttle_frac``: share of samples (with a throttle reading) with any kit bit set;
@@ -26,18 +32,18 @@ Per device (one ``(node, device)`` series, samples in time order):
   reasons' fractions may sum to more than ``throttle_frac``).
 
 The aggregate sums energy over devices (null unless every device has it; ``energy_source`` is
-``mixed`` when devices used different sources), averages the per-device means (power, clock
-fraction, utilization), takes the maximum of peaks and temperatures, and ``peak_to_mean`` of the
-worst (largest) device, since the job's power delivery must absorb its worst device's swings.
-``temp_gpu_c_spread`` is the hottest minus the coolest per-device mean temperature; throttle
-fractions pool all devices' samples; excursion counts and seconds add up. ``zeus_energy_j``
-and ``zeus_vs_counter`` cross-check the counter against Zeus's own step windows
-(:func:`zeus_cross_check`). A figure that
-cannot be computed is None, never 0.
+``mixed`` when devices used different sources; ``power_field`` likewise), averages the
+per-device means (power, clock fraction, utilization), takes the maximum of peaks and temperatures,
+and ``peak_to_mean`` of the worst (largest) device, since the job's power delivery must absorb
+its worst device's swings. ``temp_gpu_c_spread`` is the hottest minus the coolest per-device
+mean temperature; throttle fractions pool all devices' samples; excursion counts and seconds
+add up. ``zeus_energy_j`` and ``zeus_vs_counter`` cross-check the counter against Zeus's own
+step windows (:func:`zeus_cross_check`). A figure that cannot be computed is None, never 0.
 
 Rows are grouped per device by one stable radix sort of small integer codes, O(n); a device
-whose rows are not in time order (the sampler writes them in order) is then sorted by time.
-Each device's figures are vectorized over its samples, reading only its rows of each column.
+whose rows are not in time order (a slow counter's own rows come in write order, not time
+order) is then sorted by time. Each device's figures are vectorized over its samples, reading
+only its rows of each column.
 """
 
 import statistics
@@ -96,7 +102,7 @@ def _series(telemetry: pa.Table, windows: StepWindows, source: str) -> list[_Ser
     order = np.argsort(lut[key], kind="stable")[:kept]  # a radix sort for these small codes
     series = []
     for k, rows in zip(present, np.split(order, np.cumsum(counts[present])[:-1]), strict=True):
-        if np.any(t[rows[1:]] < t[rows[:-1]]):  # the sampler writes in time order; others may not
+        if np.any(t[rows[1:]] < t[rows[:-1]]):  # slow rows are written as their reads end
             rows = rows[np.argsort(t[rows], kind="stable")]
         series.append(_Series(int(k // span), int(k % span) - 1 if k % span else None,
                               t[rows], window[rows], rows))
@@ -158,10 +164,12 @@ def _integrated_energy(t: np.ndarray, window: np.ndarray, p: np.ndarray,
 
 def _excursions(t: np.ndarray, p: np.ndarray, threshold: float) -> tuple[int, float]:
     """Number and total seconds of runs of samples above ``threshold`` (module docstring)."""
+    read = ~np.isnan(p)
+    t, p = t[read], p[read]
     edges = np.diff((p > threshold).astype(np.int8), prepend=0, append=0)
     begin, after = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     nxt = np.minimum(after, len(p) - 1)
-    back = (after < len(p)) & ~np.isnan(p[nxt])
+    back = after < len(p)
     return len(begin), float(np.sum(np.where(back, t[nxt], t[after - 1]) - t[begin]))
 
 
@@ -181,10 +189,20 @@ def _throttle_fracs(counts: np.ndarray) -> tuple[float | None, dict[str, float] 
              for name, bit in THROTTLE_BITS.items()})
 
 
+def _power(telemetry: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, str | None]:
+    """The device's power samples: instantaneous where it has any, else averaged (module
+    docstring), and which column that is; all NaN and None without either."""
+    for name in ("power_w", "power_avg_w"):
+        power = _values(telemetry, name, rows)
+        if not np.all(np.isnan(power)):
+            return power, name
+    return power, None
+
+
 def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[str, Any],
             excursion_frac: float, measured_steps: int) -> tuple[dict[str, Any], np.ndarray]:
     """One device's figures, and its throttle value counts for the job's pooled fractions."""
-    power = _values(telemetry, "power_w", s.rows)
+    power, power_field = _power(telemetry, s.rows)
     counter = _values(telemetry, "energy_j", s.rows)
     energy, source = _counter_energy(s.t, s.window, counter, windows), "counter"
     if energy is None:
@@ -201,7 +219,7 @@ def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[st
         "node": s.node, "device": s.device, "samples": len(s.t),
         "energy_j": energy, "energy_source": source if energy is not None else None,
         "energy_j_per_step": energy / measured_steps if energy is not None else None,
-        "power_w_mean": p_mean, "power_w_peak": p_peak,
+        "power_field": power_field, "power_w_mean": p_mean, "power_w_peak": p_peak,
         "peak_to_mean": p_peak / p_mean if p_mean else None, "power_limit_w": limit,
         "excursions": runs, "excursion_s": run_s,
         "temp_gpu_c_mean": temp_mean, "temp_gpu_c_max": temp_max,
@@ -233,6 +251,7 @@ def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_
     energies = [d["energy_j"] for d in per_device]
     total = sum(energies) if energies and None not in energies else None
     sources = {d["energy_source"] for d in per_device}
+    power_fields = set(known("power_field"))
     means = known("temp_gpu_c_mean")
     frac, by_reason = _throttle_fracs(counts)
     return {
@@ -240,6 +259,8 @@ def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_
         "energy_source": (None if total is None
                           else sources.pop() if len(sources) == 1 else "mixed"),
         **_per_token(total, tokens_per_step, measured_steps),
+        "power_field": (None if not power_fields
+                        else power_fields.pop() if len(power_fields) == 1 else "mixed"),
         "power_w_mean": _fmean(known("power_w_mean")),
         "power_w_peak": max(known("power_w_peak"), default=None),
         "peak_to_mean": max(known("peak_to_mean"), default=None),

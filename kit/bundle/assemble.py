@@ -222,8 +222,11 @@ def telemetry_sources(
             if info is None:
                 continue
             if info.readable:
-                period = report.mean_period_ms if report and report.mean_period_ms else interval_ms
-                period = max(period, info.read_period_ms or 0.0)  # a slow field: its own rate
+                period = (report.field_periods_ms.get(src, {}).get(name) if report else None)
+                if period is None:  # not measured: the period asked of the tick or the field
+                    period = (report.mean_period_ms if report and report.mean_period_ms
+                              else interval_ms)
+                    period = max(period, info.read_period_ms or 0.0)
                 notes = [n for n in (
                     info.reason,
                     f"counter updates every {info.update_period_ms:g} ms"
@@ -259,6 +262,13 @@ def read_sampler_report(chunks_dir: Path) -> SamplerReport | None:
         return SamplerReport.read(path) if path.is_file() else None
     except (OSError, ValueError, TypeError, KeyError):
         return None
+
+
+def sampler_record(node: int, report: SamplerReport) -> dict[str, Any]:
+    """What one node's sampler cost and did, for ``metrics.json`` ``samplers``."""
+    return {"node": node, "cpu_s": report.cpu_s, "wall_s": report.wall_s,
+            "ticks": report.ticks, "missed_ticks": report.missed_ticks,
+            "mean_period_ms": report.mean_period_ms, "rows_written": report.rows_written}
 
 
 def telemetry_notes(report: SamplerReport | None) -> list[str]:
@@ -346,6 +356,7 @@ def assemble_bundle(
             launcher_marks or {}, [r.timeline for r in results if r],
             min((s.t_start for r in results if r for s in r.steps if s.step == 0), default=None)),
         notes=notes,
+        samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )
     manifest = Manifest(
         kit_version=kit.__version__,

@@ -126,8 +126,10 @@ class FieldSource(BaseModel):
 
     source: str | None = Field(description="Backend that fed it, e.g. 'nvml'; null when none did.")
     period_ms: float | None = Field(
-        gt=0, description="Mean period between the field's reads, milliseconds (the sampling "
-        "period, or a slow counter's own read period).")
+        gt=0, description="Mean period between two rows holding a value of the field, "
+        "milliseconds, on the device where it was longest, as the sampler measured it (fast "
+        "fields: the ticks'; a slow counter: its own read period); where not measured, the "
+        "sampling period or the slow counter's asked period.")
     reason: str | None = Field(description="Why the field is null (required when source is).")
 
     @model_validator(mode="after")
@@ -339,6 +341,14 @@ class MetricsFile(BaseModel):
         "run.")
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
+    )
+    samplers: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="One dict per node's telemetry sampler (kit.bundle.assemble.sampler_record):"
+        " node, cpu_s (CPU time of the sampler process, user + system over all its threads, "
+        "seconds: its cost to the node), wall_s, ticks, missed_ticks, mean_period_ms (between "
+        "ticks), rows_written; empty without telemetry, and in bundles written before the kit "
+        "recorded it.",
     )
 
     @field_validator("summary")

@@ -6,7 +6,7 @@ its boundary, so nothing above it ever catches ``pynvml.NVMLError`` or an AMD SM
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -76,8 +76,8 @@ class FieldInfo:
             when readable, an optional note on how it is read (e.g. a fallback counter).
         update_period_ms: How often the underlying counter refreshes, in milliseconds, when
             known; ``None`` when unknown. Sampling faster than this repeats values.
-        read_period_ms: The least time between two reads of this field when the source reads
-            it less often than every tick (a slow query); ``None`` when read every tick.
+        read_period_ms: The period at which the sampler reads this field off the fast path
+            (a slow query: see :class:`SlowReader`); ``None`` when it is read every tick.
     """
 
     readable: bool
@@ -85,21 +85,38 @@ class FieldInfo:
     update_period_ms: float | None = None
     read_period_ms: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready dict of the attributes."""
-        return {
-            "readable": self.readable,
-            "reason": self.reason,
-            "update_period_ms": self.update_period_ms,
-        }
+
+@dataclass(frozen=True)
+class SlowReader:
+    """A group of slow fields (e.g. one device's cumulative counters), read off the fast path.
+
+    A slow query (an energy counter, per-link byte counters) read inside every tick would
+    stall every other field of every device; the sampler instead gives each slow reader a
+    thread of its own that reads each field at its own period, so a slow read never delays a
+    fast row and the fast period does not grow with the number of devices.
+
+    Attributes:
+        label: What it reads, for errors and thread names (e.g. ``"device 3"``).
+        periods_ms: Each field it reads and the period to read it at, in milliseconds.
+        read: ``read(t, fields)`` reads ``fields`` (a subset of ``periods_ms``, those due now)
+            once, at unix time ``t``, and returns one canonical row (:func:`make_row`) holding
+            them (a row whose fields are all null is not written), or ``None`` when there is
+            nothing left to read (e.g. the device was lost: its thread then ends). Called from
+            the reader's own thread; must not touch what :meth:`TelemetrySource.sample` reads.
+    """
+
+    label: str
+    periods_ms: Mapping[str, float]
+    read: Callable[[float, frozenset[str]], dict[str, Any] | None]
 
 
 class TelemetrySource(ABC):
     """One backend that reads counters of one node: its GPUs, or its host.
 
-    A source is built inside the sampler's process, sampled once per tick, and closed at the
-    end. Constructors raise :class:`TelemetryNotSupportedError` when the backend cannot run at
-    all here; a backend that runs but lacks some fields reports them as unreadable in
+    A source is built inside the sampler's process, sampled once per tick (its fast fields),
+    its :meth:`slow_readers` each read on a thread of their own, and closed at the end.
+    Constructors raise :class:`TelemetryNotSupportedError` when the backend cannot run at all
+    here; a backend that runs but lacks some fields reports them as unreadable in
     :meth:`fields` and writes ``None`` for them.
     """
 
@@ -140,7 +157,7 @@ class TelemetrySource(ABC):
 
     @abstractmethod
     def sample(self, t: float) -> list[dict[str, Any]]:
-        """Read every counter once.
+        """Read every fast field once (the slow ones are read through :meth:`slow_readers`).
 
         Args:
             t: The sampler's tick time in unix seconds; every row of this tick carries it.
@@ -155,6 +172,11 @@ class TelemetrySource(ABC):
                 (AMD SMI) writes ``None`` instead and reports the loss in :meth:`fields`.
         """
 
+    def slow_readers(self) -> list[SlowReader]:
+        """The slow fields, grouped by what may be read together (e.g. per device); none by
+        default. Their rows carry only those fields; :meth:`sample`'s rows leave them null."""
+        return []
+
     def devices(self) -> list[dict[str, Any]]:
         """Static facts about each device this source samples, read once at start.
 
@@ -168,3 +190,25 @@ class TelemetrySource(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release handles and libraries; the source is not sampled afterwards."""
+
+
+def sample_once(source: TelemetrySource, t: float) -> list[dict[str, Any]]:
+    """Every field of ``source`` read once at ``t``: its fast sample, each slow reader's fields
+    filled into the row of the same device.
+
+    For probes and tests that read a source without the sampler (which reads the slow fields
+    on threads of their own, in rows of their own).
+    """
+    rows = source.sample(t)
+    by_device = {r["device"]: r for r in rows}
+    for reader in source.slow_readers():
+        slow = reader.read(t, frozenset(reader.periods_ms))
+        if slow is None:
+            continue
+        row = by_device.get(slow["device"])
+        if row is None:
+            by_device[slow["device"]] = slow
+            rows.append(slow)
+        else:
+            row.update({k: v for k, v in slow.items() if k in reader.periods_ms})
+    return rows

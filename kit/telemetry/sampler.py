@@ -2,9 +2,13 @@
 
 The sampling loop runs in its own process (``spawn``, never ``fork``: the parent may hold CUDA
 or gloo state), so it never competes for a training rank's GIL and a slow counter read never
-stalls a step. The child writes rows to Parquet chunk files as it goes, so its memory stays
-flat over long runs and a crash loses at most one chunk, and it ends by writing
-``sampler-report.json`` beside them.
+stalls a step. Within it, the loop reads every source's fast fields each tick, while each
+source's slow fields (an energy counter, per-link byte counters) are read by slow lanes
+(:mod:`kit.telemetry.slow_lanes`), one thread per device, each field at its own period, in
+rows of their own: a slow read never delays a fast row, and the fast period does not grow with
+the number of devices. The process writes rows to Parquet chunk files as it goes, so its memory
+stays flat over long runs and a crash loses at most one chunk, and it ends by writing
+``sampler-report.json`` beside them, with each field's measured period and its own CPU time.
 
 No death can block its parent: the two talk over one pipe (never a shared lock or
 ``multiprocessing.Event``, whose ``set()`` waits for a sleeper that may be dead). The parent
@@ -24,108 +28,35 @@ Typical use::
     table = concat_chunks(d)  # kit.bundle.writer
 """
 
-import json
 import multiprocessing as mp
 import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from queue import Empty, SimpleQueue
 from typing import Any
 
-import psutil
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from kit.atomic_write import write_atomic
 from kit.errors import KitInputError
 from kit.telemetry import load_source_class, source_target
-from kit.telemetry.base import FieldInfo, TelemetryError, TelemetrySource
-from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA
+from kit.telemetry.base import TelemetryError, TelemetrySource
+from kit.telemetry.chunks import CHUNK_GLOB, ChunkWriter, rss_bytes
+from kit.telemetry.field_periods import FieldPeriods
+from kit.telemetry.sampler_report import REPORT_NAME, SamplerErrorRecord, SamplerReport
+from kit.telemetry.slow_lanes import SamplerClock, SlowLane
+
+__all__ = ["CHUNK_GLOB", "REPORT_NAME", "SamplerErrorRecord", "SamplerReport", "SourceSpec",
+           "TelemetrySampler"]
 
 SourceSpec = tuple[str, Mapping[str, Any]]
 """A source to build in the sampler process: registry name and constructor kwargs (picklable)."""
 
-REPORT_NAME = "sampler-report.json"
-"""File name of the report the sampler process writes into its chunks directory."""
-
-CHUNK_GLOB = "chunk-*.parquet"
-"""Names of the chunk files; their zero-padded indices sort in write (and time) order."""
-
-
-@dataclass(frozen=True)
-class SamplerErrorRecord:
-    """One failure inside the sampler process.
-
-    Attributes:
-        t: Unix seconds when it happened.
-        source: Name of the source that failed, or ``"sampler"`` for the loop itself.
-        message: Exception type and message.
-    """
-
-    t: float
-    source: str
-    message: str
-
-
-@dataclass
-class SamplerReport:
-    """What the sampler process did, written by it as ``sampler-report.json``.
-
-    Attributes:
-        interval_ms: Requested sampling period in milliseconds.
-        ticks: Sampling ticks taken.
-        rows_written: Rows in all chunk files.
-        chunks: Chunk files written.
-        mean_period_ms: Mean time between ticks in milliseconds; ``None`` under two ticks.
-        missed_ticks: Ticks skipped because a tick overran its period.
-        sources: Per source name, what it reported by ``fields()``.
-        devices: Per source name, what it reported by ``devices()``.
-        errors: Sources that failed to build or to sample (each then dropped), and any fatal
-            error of the loop itself.
-        rss_start_bytes: Resident memory of the process after its first tick.
-        rss_first_chunk_bytes: Resident memory right after the first chunk was written (the
-            Parquet writer's one-off allocations are done by then); 0 if none was.
-        rss_peak_bytes: Largest resident memory seen: after the first tick, at every chunk
-            write (where memory peaks: a full buffer and its Arrow table) and at the end.
-        complete: True once the process finished normally; a report left by a process that
-            was killed is the one it wrote after its first tick (sources and devices only).
-        ended_by: What ended the sampling: "stop" (the parent asked), "parent gone",
-            "SIGTERM", or null while it runs or when it was killed.
-    """
-
-    interval_ms: float
-    ticks: int = 0
-    rows_written: int = 0
-    chunks: int = 0
-    mean_period_ms: float | None = None
-    missed_ticks: int = 0
-    sources: dict[str, dict[str, FieldInfo]] = field(default_factory=dict)
-    devices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    errors: list[SamplerErrorRecord] = field(default_factory=list)
-    rss_start_bytes: int = 0
-    rss_peak_bytes: int = 0
-    rss_first_chunk_bytes: int = 0
-    complete: bool = False
-    ended_by: str | None = None
-
-    def write(self, path: Path) -> None:
-        """Write the report as JSON, atomically."""
-        text = json.dumps(asdict(self), indent=1)
-        write_atomic(path, lambda tmp: tmp.write_text(text))
-
-    @classmethod
-    def read(cls, path: Path) -> "SamplerReport":
-        """Read a report written by :meth:`write`."""
-        data = json.loads(path.read_text())
-        data["sources"] = {
-            name: {f: FieldInfo(**info) for f, info in fields.items()}
-            for name, fields in data["sources"].items()
-        }
-        data["errors"] = [SamplerErrorRecord(**e) for e in data["errors"]]
-        return cls(**data)
+LANE_JOIN_S = 5.0
+"""How long the loop waits for a source's slow lanes to end before closing the source: longer
+than any one vendor read takes. A lane still reading then is left running and the source is
+not closed under it (the process is about to end)."""
 
 
 @dataclass(frozen=True)
@@ -139,77 +70,31 @@ class _ChildConfig:
     flush_s: float
 
 
-def _rss_bytes() -> int:
-    """Resident set size of this process now.
-
-    Not ``getrusage``'s ``ru_maxrss``: Linux keeps that across ``execve``, so a spawned child
-    starts with its parent's peak (a training rank's, with torch loaded) as its own.
-    """
-    return psutil.Process().memory_info().rss
-
-
-class _ChunkWriter:
-    """Buffers rows and writes them out as Parquet chunk files.
-
-    A chunk is written every ``chunk_rows`` rows or ``flush_s`` seconds, whichever comes
-    first, so a crash of the process loses at most that much.
-    """
-
-    def __init__(self, chunks_dir: Path, chunk_rows: int, flush_s: float) -> None:
-        self._dir = chunks_dir
-        self._chunk_rows = chunk_rows
-        self._flush_s = flush_s
-        self._last_write = time.monotonic()
-        self._rows: list[dict[str, Any]] = []
-        self.chunks = 0
-        self.rows_written = 0
-        self.rss_peak_bytes = 0
-        self.rss_first_chunk_bytes = 0
-
-    def add(self, rows: list[dict[str, Any]]) -> None:
-        """Buffer rows, writing out every full chunk."""
-        self._rows.extend(rows)
-        while len(self._rows) >= self._chunk_rows:
-            self._write(self._rows[: self._chunk_rows])
-            del self._rows[: self._chunk_rows]
-        if self._rows and time.monotonic() - self._last_write >= self._flush_s:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write whatever is buffered as a last, shorter chunk."""
-        if self._rows:
-            self._write(self._rows)
-            self._rows = []
-
-    def _write(self, rows: list[dict[str, Any]]) -> None:
-        path = self._dir / f"chunk-{self.chunks:06d}.parquet"
-        table = pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA)
-        write_atomic(path, lambda tmp: pq.write_table(table, tmp))  # never seen half-written
-        rss = _rss_bytes()
-        self.rss_peak_bytes = max(self.rss_peak_bytes, rss)
-        self.rss_first_chunk_bytes = self.rss_first_chunk_bytes or rss
-        self.chunks += 1
-        self.rows_written += len(rows)
-        self._last_write = time.monotonic()
-
-
 class _SamplerLoop:
-    """The sampler process's state: its sources, its writer and the report it fills."""
+    """The sampler process's state: its sources and their slow lanes, its writer and the report
+    it fills."""
 
     def __init__(self, cfg: _ChildConfig) -> None:
         self._cfg = cfg
-        self._writer = _ChunkWriter(cfg.chunks_dir, cfg.chunk_rows, cfg.flush_s)
+        self._writer = ChunkWriter(cfg.chunks_dir, cfg.chunk_rows, cfg.flush_s)
         self._sources: dict[str, TelemetrySource] = {}
+        self._readable: dict[str, list[str]] = {}
+        self._lanes: dict[str, list[SlowLane]] = {}
+        self._slow_rows: SimpleQueue[tuple[str, dict[str, Any]]] = SimpleQueue()
+        self._periods = FieldPeriods()
+        self._clock = SamplerClock()
         self.report = SamplerReport(interval_ms=cfg.interval_ms)
         for name, target, kwargs in cfg.sources:
             try:
                 source = load_source_class(target)(**kwargs)
             except Exception as e:  # noqa: BLE001 - recorded in the report; others go on.
-                self.record(time.time(), name, e)
+                self.record(time.time(), name, "", e)
                 continue
             self._sources[name] = source
             self.report.sources[name] = source.fields()
             self.report.devices[name] = source.devices()
+            self._readable[name] = [f for f, info in self.report.sources[name].items()
+                                    if info.readable]
 
     def _final_fields(self, name: str, source: TelemetrySource) -> None:
         """Re-read a source's ``fields()`` after its last sample: verdicts learned mid-run
@@ -217,24 +102,68 @@ class _SamplerLoop:
         try:
             self.report.sources[name] = source.fields()
         except Exception as e:  # noqa: BLE001 - keep the verdicts read at start.
-            self.record(time.time(), name, e)
+            self.record(time.time(), name, "", e)
 
-    def record(self, t: float, source: str, e: BaseException) -> None:
-        """Add a failure of ``source`` (or ``"sampler"``) to the report."""
-        self.report.errors.append(SamplerErrorRecord(t, source, f"{type(e).__name__}: {e}"))
+    def record(self, t: float, source: str, what: str, e: BaseException) -> None:
+        """Add a failure of ``source`` (or ``"sampler"``) to the report; lanes call it too."""
+        self.report.errors.append(
+            SamplerErrorRecord(t, source, f"{what}{type(e).__name__}: {e}"))
 
-    def _tick(self, t: float) -> None:
-        """Sample every live source once; drop any that raises."""
-        rows: list[dict[str, Any]] = []
+    def _start_lanes(self) -> None:
+        """Start a slow lane for every slow reader of every source."""
         for name, source in list(self._sources.items()):
             try:
-                rows.extend(source.sample(t))
-            except Exception as e:  # noqa: BLE001 - a broken source must not stop the others.
-                self.record(t, name, e)
-                del self._sources[name]
-                self._final_fields(name, source)
-                source.close()
+                readers = source.slow_readers()
+            except Exception as e:  # noqa: BLE001 - its fast fields are still read.
+                self.record(time.time(), name, "slow readers: ", e)
+                continue
+            self._lanes[name] = [SlowLane(name, r, self._clock, self._slow_rows, self.record)
+                                 for r in readers]
+            for lane in self._lanes[name]:
+                lane.start()
+
+    def _stop_lanes(self, name: str) -> bool:
+        """Stop a source's slow lanes and wait for them (bounded); whether all ended."""
+        lanes = self._lanes.pop(name, [])
+        for lane in lanes:
+            lane.stop()
+        deadline = time.monotonic() + LANE_JOIN_S
+        ended = [lane.join(max(0.0, deadline - time.monotonic())) for lane in lanes]
+        if not all(ended):
+            self.record(time.time(), name, "", TelemetryError(
+                f"a slow read did not end within {LANE_JOIN_S:g} s; the source was not closed"))
+        return all(ended)
+
+    def _close(self, name: str, source: TelemetrySource) -> None:
+        """End a source: its lanes, its final verdicts, its handles."""
+        if self._stop_lanes(name):
+            self._final_fields(name, source)
+            source.close()
+
+    def _add(self, name: str, rows: list[dict[str, Any]]) -> None:
+        self._periods.add(name, self._readable[name], rows)
         self._writer.add(rows)
+
+    def _drain_slow_rows(self) -> None:
+        """Write the rows the slow lanes queued since the last tick."""
+        while True:
+            try:
+                name, row = self._slow_rows.get_nowait()
+            except Empty:
+                return
+            self._add(name, [row])
+
+    def _tick(self, t: float) -> None:
+        """Sample every live source's fast fields once, dropping any that raises; then write
+        what the slow lanes read meanwhile."""
+        for name, source in list(self._sources.items()):
+            try:
+                self._add(name, source.sample(t))
+            except Exception as e:  # noqa: BLE001 - a broken source must not stop the others.
+                self.record(t, name, "", e)
+                del self._sources[name]
+                self._close(name, source)
+        self._drain_slow_rows()
 
     def run(self, conn: Connection, wake_fd: int) -> None:
         """Sample on a fixed schedule until the parent says stop, goes away, or SIGTERM comes.
@@ -242,20 +171,20 @@ class _SamplerLoop:
         Ticks are scheduled at ``start + k * interval`` on the monotonic clock, so the period
         does not drift with the time each tick takes; a tick that overruns skips the ticks it
         missed instead of bursting to catch up. Row times are unix seconds derived from the
-        monotonic clock, so a wall-clock step (NTP) cannot reorder them. Between ticks the loop
-        sleeps in ``wait`` on the parent's pipe and on ``wake_fd`` (written by the SIGTERM
-        handler), so any of the three ends the sleep at once.
+        monotonic clock (:class:`SamplerClock`). Between ticks the loop sleeps in ``wait`` on
+        the parent's pipe and on ``wake_fd`` (written by the SIGTERM handler), so any of the
+        three ends the sleep at once.
         """
         interval_s = self._cfg.interval_ms / 1000.0
-        wall0, mono0 = time.time(), time.monotonic()
-        next_tick = first_tick = last_tick = mono0
+        self._start_lanes()
+        next_tick = first_tick = last_tick = time.monotonic()
         while self.report.ended_by is None:
             last_tick = time.monotonic()
-            self._tick(wall0 + (last_tick - mono0))
+            self._tick(self._clock.unix(last_tick))
             self.report.ticks += 1
             if self.report.ticks == 1:
                 first_tick = last_tick
-                self.report.rss_start_bytes = _rss_bytes()
+                self.report.rss_start_bytes = rss_bytes()
                 self.report.write(self._cfg.chunks_dir / REPORT_NAME)  # what a kill leaves
                 conn.send("started")
             next_tick += interval_s
@@ -268,24 +197,34 @@ class _SamplerLoop:
         if self.report.ticks > 1:
             self.report.mean_period_ms = 1000.0 * (last_tick - first_tick) / (self.report.ticks - 1)
 
-    def finish(self) -> None:
-        """Flush the last chunk, close the sources and write the complete report.
+    def finish(self, started_mono: float) -> None:
+        """Stop the lanes, flush the last chunk, close the sources, write the complete report.
 
         Each live source's ``fields()`` is read again first (:meth:`_final_fields`).
+
+        Args:
+            started_mono: Monotonic time at which the process started (for ``wall_s``).
         """
         try:
+            for name in list(self._lanes):
+                if not self._stop_lanes(name):
+                    self._sources.pop(name, None)  # a read is still running in it: not closed
+            self._drain_slow_rows()
             self._writer.flush()
         finally:
             for name, source in self._sources.items():
-                self._final_fields(name, source)
-                source.close()
+                self._close(name, source)
             self.report.complete = True
             self.report.rows_written = self._writer.rows_written
             self.report.chunks = self._writer.chunks
+            self.report.field_periods_ms = self._periods.worst_ms()
             self.report.rss_first_chunk_bytes = self._writer.rss_first_chunk_bytes
             self.report.rss_peak_bytes = max(
-                self.report.rss_start_bytes, self._writer.rss_peak_bytes, _rss_bytes()
+                self.report.rss_start_bytes, self._writer.rss_peak_bytes, rss_bytes()
             )
+            times = os.times()
+            self.report.cpu_s = times.user + times.system
+            self.report.wall_s = time.monotonic() - started_mono
             self.report.write(self._cfg.chunks_dir / REPORT_NAME)
 
 
@@ -306,6 +245,7 @@ def _wait_for_end(conn: Connection, wake_fd: int, timeout_s: float) -> str | Non
 
 def _sampler_main(cfg: _ChildConfig, conn: Connection) -> None:
     """Entry point of the sampler process."""
+    started_mono = time.monotonic()
     # Ctrl-C reaches the whole foreground process group; the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM (a job's end, sent to every process) only wakes the loop: the last chunk and
@@ -319,10 +259,10 @@ def _sampler_main(cfg: _ChildConfig, conn: Connection) -> None:
         if loop.report.sources:
             loop.run(conn, wake_r)
     except Exception as e:
-        loop.record(time.time(), "sampler", e)
+        loop.record(time.time(), "sampler", "", e)
         raise
     finally:
-        loop.finish()
+        loop.finish(started_mono)
 
 
 class TelemetrySampler:

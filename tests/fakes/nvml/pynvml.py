@@ -20,7 +20,9 @@ Scenario (``$CHARLLM_FAKE_NVML_SCENARIO``)::
 A ``calls`` or ``fields`` entry gives successive answers, one per call, the last repeated; a
 field-value entry is ``{"scope": {"<scope id>": {...}}}`` for per-link counters; a field or call
 the scenario lacks answers NVML_ERROR_NOT_SUPPORTED. Violation times are listed per policy:
-``"nvmlDeviceGetViolationStatus": {"0": [...], "1": [...]}`` (ns).
+``"nvmlDeviceGetViolationStatus": {"0": [...], "1": [...]}`` (ns). ``"sleep_s": {"<call or
+field constant>": 0.01}`` makes each such call (a field-values request: the longest of its
+fields') take that long, as NVML's slow queries do (releasing the GIL, as ctypes calls do).
 """
 
 import importlib.machinery
@@ -28,6 +30,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +70,14 @@ def _device(handle: int) -> dict[str, Any]:
     return _scenario["devices"][handle]
 
 
+def _sleep(handle: int, *names: str) -> None:
+    """Take as long as the scenario says the slowest of these calls or fields takes."""
+    sleeps = _device(handle).get("sleep_s", {})
+    time.sleep(max((sleeps.get(n, 0.0) for n in names), default=0.0))
+
+
 def _call(handle: int, name: str) -> Any:
+    _sleep(handle, name.split("/")[0])
     answers = _device(handle).get("calls", {}).get(name)
     if answers is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # noqa: F821 - from the real module
@@ -126,7 +136,9 @@ def nvmlDeviceGetNvLinkState(handle: int, link: int) -> int:
 
 def nvmlDeviceGetFieldValues(handle: int, field_ids: list[Any]) -> Any:
     """A ``c_nvmlFieldValue_t`` array; each entry carries its own nvmlReturn, as in NVML."""
+    named = {getattr(_real, name): name for name in _device(handle).get("fields", {})}
     by_id = {getattr(_real, name): spec for name, spec in _device(handle).get("fields", {}).items()}
+    _sleep(handle, *(named.get(fid[0] if isinstance(fid, tuple) else fid, "") for fid in field_ids))
     values = (_real.c_nvmlFieldValue_t * len(field_ids))()
     for v, fid in zip(values, field_ids, strict=True):
         field_id, scope = fid if isinstance(fid, tuple) else (fid, 0)
@@ -179,6 +191,7 @@ def nvmlDeviceGetCurrentClocksEventReasons(handle: int) -> int:
 
 
 def nvmlDeviceGetViolationStatus(handle: int, policy: int) -> Any:
+    _sleep(handle, "nvmlDeviceGetViolationStatus")
     answers = _device(handle).get("calls", {}).get("nvmlDeviceGetViolationStatus", {})
     if str(policy) not in answers:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # noqa: F821
