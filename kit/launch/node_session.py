@@ -45,6 +45,7 @@ from kit.launch.session import (
     progress_watcher,
     sample_and_launch,
     telemetry_plan,
+    warm_imports,
 )
 from kit.launch.signals import SignalCounter
 from kit.spec.run import RunConfig
@@ -150,6 +151,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
     """
     link = NodeLink(role)
     try:
+        warm_imports()
         with SignalCounter() as interrupts:
             staging = _open_staging(cfg, out, command, link)
             _agent_log(staging, role.node)

@@ -8,8 +8,11 @@ run ended. Only a launcher killed outright leaves its staging folder, with every
 so far, for ``bundle recover``.
 """
 
+import contextlib
 import errno
+import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,6 +140,22 @@ def progress_watcher(cfg: RunConfig, staging: Path) -> ProgressWatcher:
                            marks_path(staging, 0))
 
 
+WARM_IMPORTS = ("torch", "kit.container.command")
+"""Modules the bundle's assembly needs (torch for the node inventory's versions: 2-4 s), imported
+in the background while the ranks train, so the last step is not followed by their imports."""
+
+
+def warm_imports() -> None:
+    """Import :data:`WARM_IMPORTS` in a daemon thread (an import that fails here fails again,
+    with its error, where it is needed)."""
+    def load() -> None:
+        for name in WARM_IMPORTS:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    threading.Thread(target=load, name="warm-imports", daemon=True).start()
+
+
 def run_session(cfg: RunConfig, out: Path, command: list[str],
                 worker: str = WORKER) -> SessionResult:
     """Launch ``cfg``, sample telemetry, and publish its bundle under ``out``.
@@ -148,6 +167,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
             folder keeps the run for ``bundle recover``.
     """
     marks = Marks(started=launcher_start_time())
+    warm_imports()
     with SignalCounter() as interrupts:
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])
