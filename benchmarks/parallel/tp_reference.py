@@ -1,33 +1,29 @@
 """Plain PyTorch tensor + sequence parallelism, torchtitan's recipe: the reference for the kit's TP.
 
 Issue 24 asks the kit's TP2+SP on gpt3-1.3b to be at or above plain PyTorch tensor parallelism
-of the same shape. This trains the plain PyTorch GPT of ``benchmarks/engine_throughput.py``
-(``TorchGPT``, its vocabulary padded as megatron pads it for ``--tp``) on ``--gpus`` ranks
-launched by torchrun, parallelized as torchtitan parallelizes Llama:
+of the same shape. This trains ``TorchGPT`` of ``benchmarks/engine_throughput.py`` (vocabulary
+padded as megatron pads it for ``--tp``) on ``--gpus`` torchrun ranks, parallelized as
+torchtitan parallelizes Llama: a 2-D ``DeviceMesh`` (dp, tp; tp ranks adjacent, megatron's
+order); ``parallelize_module`` with the token embedding vocabulary-parallel (``RowwiseParallel``,
+reduce-scattered over the sequence), every LayerNorm ``SequenceParallel``, QKV and fc1
+``ColwiseParallel``, attention output and fc2 ``RowwiseParallel``; the learned positions sharded
+over the sequence; the tied logits vocabulary-parallel under ``loss_parallel`` (megatron's
+vocabulary-parallel cross-entropy); every block ``torch.compile``d (``fullgraph``) after that.
+bf16 autocast over fp32 weights (the norms' outputs cast to bf16, so the sequence all-gathers
+move bf16 as megatron's do), fp32 gradients, clipping at 1.0, fused AdamW over the DTensor
+parameters with megatron's betas and weight decay.
 
-- a 2-D ``DeviceMesh`` (dp, tp), tensor-parallel ranks adjacent (megatron's order);
-- ``parallelize_module``: the token embedding vocabulary-parallel (``RowwiseParallel``, its
-  output reduce-scattered over the sequence), every LayerNorm ``SequenceParallel``, QKV and fc1
-  ``ColwiseParallel`` (all-gathering the sequence), the attention output and fc2
-  ``RowwiseParallel`` (reduce-scattering it); the learned positions sharded over the sequence;
-  the logits of the tied embedding vocabulary-parallel with ``loss_parallel`` (megatron's
-  vocabulary-parallel cross-entropy);
-- every block ``torch.compile``d after parallelization (``fullgraph``; ``--no-compile``: eager);
-- bf16 autocast over fp32 weights (the norms' outputs cast to bf16, so the sequence
-  all-gathers move bf16 as megatron's do), fp32 gradients, gradient clipping at 1.0 and fused
-  AdamW over the DTensor parameters (megatron's betas and weight decay);
-- data parallelism over the dp mesh dimension by hand, as megatron-core's DDP does it without
-  ``--overlap``: every local gradient is a view of one flat fp32 buffer that backward
-  accumulates into; after the last micro-batch one all-reduce over tp of the LayerNorm slice
-  (their gradients are partial sums under sequence parallelism) and one all-reduce of the whole
-  buffer over dp, no overlap with backward, no copies.
+Data parallelism is done by hand, as megatron-core's DDP does it without ``--overlap``: every
+local gradient is a view of one flat fp32 buffer that backward accumulates into; after the last
+micro-batch one all-reduce over tp of the LayerNorms' slice (partial sums under sequence
+parallelism) and one all-reduce of the whole buffer over dp: no overlap, no copies.
 
 Each rank runs ``global_batch / (micro_batch * dp)`` micro-batches per step, the kit's gradient
 accumulation. Step time is the median over measured steps of the slowest rank (each step ends
-in a device synchronization), the kit's definition; TFLOP/s and MFU use the kit's Megatron-LM
+in a device synchronization), as the kit reports it; TFLOP/s and MFU use the kit's Megatron-LM
 FLOP count and the platform's bf16 peak. ``--kit`` also runs ``charllm-kit run`` of the same
-layout with ``--sp`` and prints kit/reference throughput. ``--cpu`` runs fp32 CPU ranks over
-gloo, eager unless ``--compile``: a check of this script that needs no GPU.
+layout with ``--sp``; ``--profile`` profiles one more step on rank 0 (GPU idle, host operators).
+``--cpu`` runs fp32 CPU ranks over gloo, eager unless ``--compile``: a check needing no GPU.
 
     python benchmarks/parallel/tp_reference.py --gpus 4 --tp 2 --kit --json tp_ref.json
     python benchmarks/parallel/tp_reference.py --cpu --workload gpt3-tiny --gpus 2 --tp 2
@@ -145,6 +141,27 @@ class GradBuffer:
             raise RuntimeError("a gradient left the flat buffer; the dp all-reduce would miss it")
 
 
+def profiled_step(step, device: torch.device) -> dict:
+    """One more step under ``torch.profiler``: its time, the time some kernel ran on the GPU
+    (the union of kernel spans, NCCL's included) and the costliest host operators."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    busy, end = 0.0, 0.0
+    for a, b in sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                       if e.device_type == DeviceType.CUDA):
+        busy, end = busy + max(0.0, b - max(a, end)), max(end, b)
+    return {"step_s": wall, "gpu_idle_frac": 1 - busy / 1e6 / wall if cuda else None,
+            "table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)}
+
+
 def worker(args: argparse.Namespace) -> None:
     """One torchrun rank; rank 0 writes the figures to ``--result``."""
     sys.path.insert(0, str(BENCHMARKS))
@@ -199,6 +216,9 @@ def worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - start)
         if i == 0:
             grads.check()
+    profiled = None
+    if args.profile:  # every rank runs the step, rank 0 records it
+        profiled = profiled_step(step, device) if dist.get_rank() == 0 else step()
     worst = torch.tensor(times[args.warmup:], dtype=torch.float64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # a step ends when its slowest rank's does
     losses = [x.item() for x in losses]
@@ -208,7 +228,7 @@ def worker(args: argparse.Namespace) -> None:
         qkv = model.blocks[0].qkv.weight
         Path(args.result).write_text(json.dumps({
             "step_s": statistics.median(worst.tolist()), "step_s_mean": worst.mean().item(),
-            "losses": losses, "compiled": compiled,
+            "losses": losses, "compiled": compiled, "profile": profiled,
             "shard": f"blocks.0.qkv.weight {tuple(qkv.shape)} -> local "
                      f"{tuple(qkv.to_local().shape)} {qkv.placements}",
             "peak_mem_gib": None if cpu else torch.cuda.max_memory_allocated(device) / 2**30}))
@@ -281,6 +301,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="torch.compile each block (default: on GPU yes, on --cpu no)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one more step on rank 0: GPU idle, costliest host ops")
     parser.add_argument("--kit", action="store_true", help="also run charllm-kit, same layout")
     parser.add_argument("--kit-args", default="", help="extra `charllm-kit run` options")
     parser.add_argument("--cpu", action="store_true", help="CPU ranks over gloo (a check)")
@@ -311,14 +333,11 @@ def main() -> None:
     flops = model_flops_per_step(load_workload(args.workload), args.global_batch, args.tp)
     peak = None if args.cpu else detect_platform().peak_tflops.get("bf16")
 
-    def rates(step_s: float) -> tuple[float, float | None]:
-        tflops = flops / step_s / args.gpus / 1e12
-        return tflops, tflops / peak if peak else None
-
     start = time.perf_counter()
     ref = reference(args)
     print(f"reference: {time.perf_counter() - start:.0f} s from launch to its figures")
-    tflops, mfu = rates(ref["step_s"])
+    tflops = flops / ref["step_s"] / args.gpus / 1e12
+    mfu = tflops / peak if peak else None
     figures = {"name": "torch_tp_compiled" if ref["compiled"] else "torch_tp_eager",
                "step_s": ref["step_s"], "step_s_mean": ref["step_s_mean"],
                "tflops_per_gpu": tflops, "mfu": mfu, "workload": args.workload, "tp": args.tp,
@@ -326,9 +345,14 @@ def main() -> None:
                "global_batch": args.global_batch, "device": device, "gpus": args.gpus,
                "date": f"{dt.date.today()}", "torch": torch.__version__, "commit": commit,
                "loss_first": ref["losses"][0], "loss_last": ref["losses"][-1],
-               "shard": ref["shard"], "peak_mem_gib": ref["peak_mem_gib"]}
+               "shard": ref["shard"], "peak_mem_gib": ref["peak_mem_gib"],
+               "gpu_idle_frac": None}
     print(f"shard: {ref['shard']}\nloss per step: "
           + " ".join(f"{x:.4f}" for x in ref["losses"]))
+    if prof := ref["profile"]:
+        idle = figures["gpu_idle_frac"] = prof["gpu_idle_frac"]
+        print(f"profiled step (rank 0): {prof['step_s'] * 1e3:.1f} ms, GPU idle "
+              + (f"{idle:.1%}" if idle is not None else "n/a") + "\n" + prof["table"])
     lines = [(figures["name"], figures)]
     if args.kit:
         start = time.perf_counter()
