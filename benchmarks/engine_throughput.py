@@ -81,30 +81,37 @@ def gemm_tflops(n: int = 8192, steps: int = 50) -> float:
 
 
 class _Block(nn.Module):
-    """Pre-LN GPT block: fused QKV, SDPA causal flash attention, GELU MLP."""
+    """Pre-LN GPT block: fused QKV, SDPA causal flash attention, GELU MLP.
+
+    The QKV output is laid out head by head (q, k, v of head 0, then of head 1, ...), as
+    megatron-core lays it out, so a column shard of it holds whole heads and the block runs
+    unchanged on a tensor-parallel shard (``benchmarks/parallel/tp_reference.py``).
+    """
 
     def __init__(self, w: WorkloadSpec) -> None:
         super().__init__()
         h = w.hidden_size
-        self.heads = w.num_attention_heads
+        self.head_dim = h // w.num_attention_heads
         self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
         self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
         self.fc1, self.fc2 = nn.Linear(h, w.ffn_hidden_size), nn.Linear(w.ffn_hidden_size, h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(self.ln1(x))
+        b, s = qkv.shape[:2]  # with sequence parallelism x holds a part of the sequence
+        q, k, v = qkv.view(b, s, -1, 3, self.head_dim).permute(3, 0, 2, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, -1))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
 
 class TorchGPT(nn.Module):
-    """The plain PyTorch reference: GPT with learned positions and tied embeddings."""
+    """The plain PyTorch reference: GPT with learned positions and tied embeddings; the
+    vocabulary padded as megatron pads it for tensor-parallel degree ``tp``."""
 
-    def __init__(self, w: WorkloadSpec) -> None:
+    def __init__(self, w: WorkloadSpec, tp: int = 1) -> None:
         super().__init__()
-        vocab = padded_vocab_size(w.vocab_size)
+        vocab = padded_vocab_size(w.vocab_size, tp)
         self.tok = nn.Embedding(vocab, w.hidden_size)
         self.pos = nn.Embedding(w.seq_length, w.hidden_size)
         self.blocks = nn.ModuleList(_Block(w) for _ in range(w.num_layers))
