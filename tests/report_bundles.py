@@ -32,8 +32,8 @@ def replay_platform(folder: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def layouts(tmp_path_factory) -> dict[str, Path]:
+@pytest.fixture(scope="session", name="layouts")
+def layouts_fixture(tmp_path_factory) -> dict[str, Path]:
     """``tp2`` and ``pp2`` (megatron, profiled), ``zero1`` (DeepSpeed ZeRO-1, DP 2) and
     ``failed``: bundle paths by name."""
     out = tmp_path_factory.mktemp("layouts")

@@ -40,6 +40,7 @@ def expand_inputs(paths: list[str | Path]) -> Inputs:
         out.bundles += sweep.bundles
         missing = sweep.without_bundle()
         if missing:
-            out.notes.append(f"sweep folder {sweep.path}: {len(sweep.bundles)} bundles used; "
-                             f"no bundle for {', '.join(missing)}")
+            used = len(sweep.bundles)
+            out.notes.append(f"sweep folder {sweep.path}: {used} bundle{'s' if used > 1 else ''} "
+                             f"used; no bundle for {', '.join(missing)}")
     return out

@@ -81,14 +81,12 @@ def set_time_axis(ax: Any, axis: TimeAxis) -> None:
     ax.axvline(m0, color="0.3", lw=0.8, ls=":")
 
 
-def warmup_note(ax: Any, axis: TimeAxis) -> None:
-    """Say on the axes that the warmup part is compressed, and by how much."""
+def time_label(axis: TimeAxis) -> str:
+    """The time axis label: from what, and how much the warmup part is compressed."""
+    label = ("time from first step (s)" if len(axis.windows.start)
+             else "time from first sample (s)")
     k = warmup_factor(axis)
-    if k is None or axis.measured is None:
-        return
-    ax.text(0.005, 0.98, f"warmup steps: axis compressed {1 / k:.0f}x", transform=ax.transAxes,
-            ha="left", va="top", fontsize=7, color="0.25",
-            bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1})
+    return label if k is None else f"{label}; left of the dotted line compressed {1 / k:.0f}x"
 
 
 def mark_steps(ax: Any, axis: TimeAxis) -> None:

@@ -21,8 +21,8 @@ from kit.analysis.plots_common import (
     mark_steps,
     set_time_axis,
     step_handles,
+    time_label,
     title,
-    warmup_note,
 )
 from kit.analysis.run_view import DeviceSeries, RunView, Scales
 from kit.telemetry.fields import THROTTLE_BITS
@@ -84,9 +84,7 @@ def power_timeline(view: RunView, scales: Scales) -> Figure | None:
         if ax is axes[0] or [s[:2] for s in found] != [s[:2] for s in view.power]:
             _legend(ax, handles, names, extra, len(found))  # once, unless devices differ
         set_time_axis(ax, view.axis)
-    warmup_note(axes[0], view.axis)
-    axes[-1].set_xlabel("time from first step (s)" if len(view.axis.windows.start)
-                        else "time from first sample (s)")
+    axes[-1].set_xlabel(time_label(view.axis))
     title(fig, "Power and temperature per device", view)
     return fig
 
@@ -212,7 +210,6 @@ def clock_and_throttle(view: RunView, scales: Scales) -> Figure | None:
     top.set_ylabel("SM clock (MHz)")
     _legend(top, handles, names, extra, len(view.clock))
     set_time_axis(top, view.axis)
-    warmup_note(top, view.axis)
     mark_steps(bottom, view.axis)
     if view.throttle:
         _throttle_panel(bottom, view)
@@ -221,8 +218,7 @@ def clock_and_throttle(view: RunView, scales: Scales) -> Figure | None:
         bottom.text(0.5, 0.5, "throttle reasons not measured", ha="center", va="center",
                     transform=bottom.transAxes, fontsize=9, color="0.3")
     set_time_axis(bottom, view.axis)
-    bottom.set_xlabel("time from first step (s)" if len(view.axis.windows.start)
-                      else "time from first sample (s)")
+    bottom.set_xlabel(time_label(view.axis))
     title(fig, "SM clock and throttle reasons (band height: share of devices)", view)
     return fig
 

@@ -347,7 +347,7 @@ def render_html(report: Report) -> str:
 def _md_figure(item: FigureItem, folder: str) -> str:
     if item.png is None:
         return f'<a id="{item.id}"></a>\n\n*{item.caption}* {item.note}.'
-    return (f'<a id="{item.id}"></a>\n\n![{item.caption}]({folder}/{item.id}.png)\n\n'
+    return (f'<a id="{item.id}"></a>\n\n![{item.title}]({folder}/{item.id}.png)\n\n'
             f"*{item.caption}*")
 
 
