@@ -160,7 +160,7 @@ def test_table_relates_by_ratio_or_difference_and_drops_quiet_throttle_rows(cli)
     temp = h200["temp_gpu_c_max"] - h100["temp_gpu_c_max"]
     assert rows["max temperature (°C)"][2] == f"{temp:+.1f} °C"
     ratio = h200["tokens_per_s"] / h100["tokens_per_s"]
-    assert rows["throughput (tokens/s)"][2] == f"x{ratio:.3g} ({(ratio - 1) * 100:+.1f}%)"
+    assert rows["throughput (tokens/s)"][2] == f"x{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
     assert rows["peak memory (GiB)"][2].startswith("x")
     # throttle reasons never active in either run: left out and named once
     assert "throttled, power_cap" in rows and "throttled, thermal_hw" not in rows

@@ -68,7 +68,9 @@ def versus_cell(c: Comparison, g: Group, row: MetricRow) -> str:
     """
     if row.versus == "ratio":
         ratio = c.ratio(g, row.key)
-        return NA if ratio is None else f"x{ratio:.3g} ({(ratio - 1) * 100:+.1f}%)"
+        if ratio is None:
+            return NA
+        return f"x{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)" if ratio < 10 else f"x{ratio:.1f}"
     diff = c.difference(g, row.key)
     if diff is None:
         return NA

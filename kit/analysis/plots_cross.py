@@ -223,7 +223,7 @@ def per_gpu(c: Comparison, views: dict[str, RunView]) -> Figure | None:
     for tick, (_, stats, _) in zip(axes[0].get_yticklabels(), rows, strict=True):
         if stats is None:
             tick.set_fontweight("bold")
-    axes[0].invert_yaxis()
+    axes[0].set_ylim(len(rows) - 0.5, -0.6)
     fig.suptitle("Per GPU and configuration (red: a run that did not end ok); GPUs by node, "
                  "slot and rank (r, pp stage, tp/cp/ep rank)", fontsize=9.5)
     return fig
@@ -278,7 +278,8 @@ def gpu_heatmap(c: Comparison, views: dict[str, RunView]) -> Figure | None:
                     continue
                 role = views[g.label].role(*col)
                 dark = sum(cmap(norm(grid[y, x]))[:3]) < 1.5
-                ax.text(x, y, fmt.format(grid[y, x]) + (f"\n{role.role}" if role else ""),
+                named = role is not None and len(columns) <= 16  # else no room: see per-gpu
+                ax.text(x, y, fmt.format(grid[y, x]) + (f"\n{role.role}" if named else ""),
                         ha="center", va="center", fontsize=6.5,
                         color="white" if dark else "black")
         ax.set_xticks(range(len(columns)), [slots[col] for col in columns], fontsize=7,

@@ -28,7 +28,7 @@ from kit.analysis.run_view import DeviceSeries, RunView, Scales
 from kit.telemetry.fields import THROTTLE_BITS
 
 LEGEND_MAX = 16
-"""Devices named in a legend; with more, lines are coloured by position and not named."""
+"""Devices drawn one line each, named in the legend; more are drawn as mean and min..max."""
 
 
 def _name(view: RunView, s: DeviceSeries) -> str:
@@ -38,8 +38,28 @@ def _name(view: RunView, s: DeviceSeries) -> str:
     return f"{role.place} · {role.role}" if role else f"n{s.node} dev{s.device}"
 
 
+def held(found: list[DeviceSeries]) -> tuple[np.ndarray, np.ndarray]:
+    """All devices' readings on the union of their sample times, each device holding its last
+    reading until its next one (NaN before its first): (times, values[device, time])."""
+    times = np.unique(np.concatenate([s.t for s in found]))
+    values = np.full((len(found), len(times)), np.nan)
+    for row, s in enumerate(found):
+        idx = np.searchsorted(s.t, times, side="right") - 1
+        values[row, idx >= 0] = s.value[idx[idx >= 0]]
+    return times, values
+
+
 def _lines(ax: Any, view: RunView, found: list[DeviceSeries]) -> tuple[list[Any], list[str]]:
-    """One line per device; its handles and names for a legend."""
+    """One line per device, or with more than :data:`LEGEND_MAX` devices their mean and a
+    min..max band; the handles and names for a legend."""
+    if len(found) > LEGEND_MAX:
+        times, values = held(found)
+        with np.errstate(all="ignore"):
+            lo, mean, hi = (np.nanmin(values, 0), np.nanmean(values, 0), np.nanmax(values, 0))
+        band = ax.fill_between(times, lo, hi, step="post", color="#4c78a8", alpha=0.35, lw=0)
+        (line,) = ax.plot(times, mean, lw=0.9, color="#1f3b63", drawstyle="steps-post")
+        ax.grid(alpha=0.3, lw=0.5)
+        return [line, band], [f"mean of {len(found)} devices", "min..max over devices"]
     handles, names = [], []
     for s, color in zip(found, colors(len(found)), strict=True):
         (line,) = ax.plot(s.t, s.value, lw=0.9, color=color, drawstyle="steps-post")
@@ -49,12 +69,8 @@ def _lines(ax: Any, view: RunView, found: list[DeviceSeries]) -> tuple[list[Any]
     return handles, names
 
 
-def _legend(ax: Any, handles: list[Any], names: list[str], extra: tuple[list[Any], list[str]],
-            count: int) -> None:
-    if count > LEGEND_MAX:
-        handles, names = [], []
-        ax.text(1.01, 0.0, f"{count} devices,\ncoloured by\nnode and index", fontsize=7,
-                transform=ax.transAxes, va="bottom")
+def _legend(ax: Any, handles: list[Any], names: list[str],
+            extra: tuple[list[Any], list[str]]) -> None:
     legend_outside(ax, [*handles, *extra[0]], [*names, *extra[1]])
 
 
@@ -82,7 +98,7 @@ def power_timeline(view: RunView, scales: Scales) -> Figure | None:
             if scales.temp_c:
                 ax.set_ylim(*scales.temp_c)
         if ax is axes[0] or [s[:2] for s in found] != [s[:2] for s in view.power]:
-            _legend(ax, handles, names, extra, len(found))  # once, unless devices differ
+            _legend(ax, handles, names, extra)  # once, unless devices differ
         set_time_axis(ax, view.axis)
     axes[-1].set_xlabel(time_label(view.axis))
     title(fig, "Power and temperature per device", view)
@@ -155,17 +171,11 @@ def throttle_steps(throttle: list[DeviceSeries], bit: int) -> tuple[np.ndarray, 
     Each device holds its last reading until its next one; a device counts from its first
     reading on. Returns (times, share) with share in 0..1.
     """
-    times = np.unique(np.concatenate([s.t for s in throttle]))
-    on = np.zeros(len(times))
-    seen = np.zeros(len(times))
-    for s in throttle:
-        idx = np.searchsorted(s.t, times, side="right") - 1
-        valid = idx >= 0
-        bits = (s.value.astype(np.int64)[np.maximum(idx, 0)] & bit) != 0
-        on += bits & valid
-        seen += valid
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return times, np.where(seen > 0, on / np.maximum(seen, 1), 0.0)
+    times, values = held(throttle)
+    seen = ~np.isnan(values)
+    on = (np.nan_to_num(values).astype(np.int64) & bit) != 0
+    count = seen.sum(0)
+    return times, np.where(count > 0, (on & seen).sum(0) / np.maximum(count, 1), 0.0)
 
 
 def _throttle_panel(ax: Any, view: RunView) -> None:
@@ -208,7 +218,7 @@ def clock_and_throttle(view: RunView, scales: Scales) -> Figure | None:
     elif scales.clock_mhz:
         top.set_ylim(*scales.clock_mhz)
     top.set_ylabel("SM clock (MHz)")
-    _legend(top, handles, names, extra, len(view.clock))
+    _legend(top, handles, names, extra)
     set_time_axis(top, view.axis)
     mark_steps(bottom, view.axis)
     if view.throttle:

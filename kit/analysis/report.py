@@ -189,8 +189,9 @@ def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureItem]:
     no_profile = "no bundle has a profile breakdown (charllm-kit run --profile records one)"
     items = [
         _item("config-bars", "Throughput, MFU, energy, peak power",
-              "Throughput, MFU, energy per token and peak power per configuration, fastest "
-              f"first; failed runs are marked, unmeasured values say n/a.{shared}",
+              "Throughput, MFU, energy per token and peak power per configuration, by workload "
+              "and fastest first; failed runs are marked, unmeasured values say n/a."
+              + shared,
               plots_cross.configuration_bars(c), ""),
         _item("efficiency", "Energy efficiency",
               "Throughput against energy per token, colour = mean power per device; samples "
@@ -254,7 +255,7 @@ figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd
 figcaption { font-size: 0.9em; color: #444; } .note { color: #a05000; font-style: italic; }
 .checks li { margin: 0.3em 0; } dl { display: grid; grid-template-columns: max-content auto; }
 dt { font-weight: bold; padding-right: 1em; } dd { margin: 0; }
-nav ul { columns: 2; font-size: 0.9em; } .sub { color: #666; font-size: 0.9em; }
+nav { font-size: 0.9em; } .sub { color: #666; font-size: 0.9em; }
 """
 
 
