@@ -25,7 +25,7 @@ from typing import Literal
 
 from kit.analysis.comparability import Check, comparability_checks
 from kit.analysis.inputs import expand_inputs
-from kit.analysis.labels import configuration_parts, split_shared
+from kit.analysis.labels import configuration_parts, layout_label, split_shared
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
@@ -228,7 +228,8 @@ def _label(groups: list[Group]) -> list[str]:
         counts[base] = counts.get(base, 0) + 1
         g.label = base if counts[base] == 1 else f"{base} #{counts[base]}"
         g.own = [" ".join(line) for line in own if line] + [g.ending()]
-        short = (" ".join(t for line in own for t in line) or "same configuration") + flags
+        # a repeat that differs only in how it ended keeps its layout in its name
+        short = (" ".join(t for line in own for t in line) or layout_label(g.first.config)) + flags
         shorts[short] = shorts.get(short, 0) + 1
         g.short = short if shorts[short] == 1 else f"{short} #{shorts[short]}"
     return split.shared

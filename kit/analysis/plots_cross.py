@@ -102,10 +102,12 @@ def efficiency(c: Comparison) -> Figure | None:
 
     None when no configuration has both throughput and energy per token.
     """
-    groups = [g for g in figure_order(c) if g.values["tokens_per_s"].median is not None
+    ordered = figure_order(c)
+    groups = [g for g in ordered if g.values["tokens_per_s"].median is not None
               and g.values["energy_j_per_token"].median is not None]
     if not groups:
         return None
+    left_out = [_name(c, g) for g in ordered if all(g is not x for x in groups)]
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
     from matplotlib.ticker import MaxNLocator
@@ -147,7 +149,10 @@ def efficiency(c: Comparison) -> Figure | None:
     right.set_xlabel("samples (sequences) per MJ of device energy")
     right.grid(axis="x", alpha=0.3, lw=0.5)
     right.margins(x=0.25)
-    fig.suptitle("Energy efficiency per configuration (medians over repeats)", fontsize=10)
+    title = "Energy efficiency per configuration (medians over repeats)"
+    if left_out:
+        title += "\nnot shown, no throughput or energy per token: " + "; ".join(left_out)
+    fig.suptitle(title, fontsize=10)
     return fig
 
 

@@ -91,8 +91,8 @@ def power_timeline(view: RunView, scales: Scales) -> Figure | None:
             for limit in view.power_limits_w:
                 line = ax.axhline(limit, color=STATUS_COLOR, ls="--", lw=1)
                 extra = ([*extra[0], line], [*extra[1], f"power limit {limit:.0f} W"])
-            if scales.power_top_w:
-                ax.set_ylim(0, scales.power_top_w)
+            if view.power_kind in scales.power_top_w:
+                ax.set_ylim(0, scales.power_top_w[view.power_kind])
         else:
             ax.set_ylabel("GPU temperature (°C)")
             if scales.temp_c:

@@ -244,7 +244,8 @@ def visible(view: RunView, found: list[DeviceSeries]) -> np.ndarray:
 class Scales:
     """Ranges shared by every run's figures of one report."""
 
-    power_top_w: float | None
+    power_top_w: dict[str, float]
+    """Top of the power axis by kind (``board``, ``CPU package``): GPUs and CPUs apart."""
     clock_mhz: tuple[float, float] | None
     temp_c: tuple[float, float] | None
     """Timeline range of GPU temperature."""
@@ -264,14 +265,17 @@ class Scales:
             lo, hi = min(values), max(values)
             return (lo - 1, hi + 1) if hi - lo < 2 else (lo, hi)
 
-        power = [float(x.max()) for v in views if len(x := visible(v, v.power))]
-        power += [w for v in views for w in v.power_limits_w]
+        power: dict[str, list[float]] = {}
+        for v in views:
+            top = power.setdefault(v.power_kind, [])
+            top += [float(x.max())] if len(x := visible(v, v.power)) else []
+            top += v.power_limits_w if v.power_kind == "board" else []
         clock = [float(f(x)) for v in views if len(x := visible(v, v.clock))
                  for f in (np.min, np.max)] + [c for v in views for c in v.clock_max_mhz]
         temp = [float(f(x)) for v in views if len(x := visible(v, v.temp))
                 for f in (np.min, np.max)]
         stats = [s for v in views for s in v.stats.values()]
-        return cls(max(power) * 1.08 if power else None,
+        return cls({kind: max(tops) * 1.08 for kind, tops in power.items() if tops},
                    (min(clock) * 0.95, max(clock) * 1.03) if clock else None,
                    (min(temp) - 2, max(temp) + 3) if temp else None,
                    span([s.temp_mean for s in stats if s.temp_mean is not None]),
