@@ -53,6 +53,19 @@ setup() {
   touch "$STAMP"
 }
 
+browser_for_tests() {
+  # tests/test_report_layouts.py renders the HTML report in headless Chromium (Debian's
+  # `chromium`): installed here when missing and this runs as root with apt; the test skips,
+  # saying why, when it cannot be.
+  if command -v chromium >/dev/null 2>&1 || [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "run.sh: installing chromium for the report's browser test ..." >&2
+  if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >/dev/null 2>&1; then
+    echo "run.sh: could not install chromium; the report's browser test will be skipped" >&2
+  fi
+}
+
 setup
 KIT=("$VENV/bin/python" -m kit)
 
@@ -67,6 +80,7 @@ case "${1:-}" in
     ;;
   test)
     shift
+    browser_for_tests
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
   run|sweep|bundle|compare|report|workloads|platforms|container|--help|-h|--version)

@@ -411,11 +411,10 @@ def bundle() -> None:
 @bundle.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
 def bundle_show(path: Path) -> None:
-    """Summarize one bundle."""
-    from kit.bundle.reader import read_bundle
-    from kit.bundle.show import format_bundle
+    """Summarize one bundle (of a sweep folder: list its points' bundles)."""
+    from kit.bundle.show import show_path
 
-    click.echo(format_bundle(read_bundle(path)))
+    click.echo(show_path(path))
 
 
 @bundle.command("verify")
@@ -509,13 +508,16 @@ def bundle_system_desc(path: Path, output: Path | None, org: str, allow_unverifi
 
 @cli.command()
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--baseline", help="Bundle (path or id) the ratios are against.")
+@click.option("--baseline", help="Bundle (path or id) the others are related to; it must "
+              "have ended ok.")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]),
               default="table", show_default=True)
 @ALLOW_UNVERIFIED
 def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
             allow_unverified: bool) -> None:
-    """Compare BUNDLES (each verified first): metrics per configuration, ratios, checks."""
+    """Compare BUNDLES (each verified first; a sweep folder stands for its bundles): metrics
+    per configuration, against a baseline, comparability checks.
+    """
     from kit.analysis.compare import compare_bundles
     from kit.analysis.compare_format import render_comparison
 
@@ -531,16 +533,21 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
               required=True, help="Report file to write.")
 @click.option("--markdown", is_flag=True,
               help="Write Markdown, with the figures as PNGs in <name>_figures/ beside it.")
+@click.option("--baseline", help="Bundle (path or id) the others are related to; it must "
+              "have ended ok.")
 @ALLOW_UNVERIFIED
-def report(bundles: tuple[Path, ...], out: Path, markdown: bool, allow_unverified: bool) -> None:
-    """Write a report on BUNDLES (each verified first): comparison, checks, figures (HTML)."""
+def report(bundles: tuple[Path, ...], out: Path, markdown: bool, baseline: str | None,
+           allow_unverified: bool) -> None:
+    """Write a report on BUNDLES (each verified first; a sweep folder stands for its bundles):
+    comparison, checks, figures across configurations and per run (HTML, or Markdown).
+    """
     from kit.analysis.report import write_report
 
     check_output_file(out)
     if markdown:
         check_output_dir(out.parent / f"{out.stem}_figures")
     written = write_report(list(bundles), out, markdown=markdown,
-                           allow_unverified=allow_unverified)
+                           allow_unverified=allow_unverified, baseline=baseline)
     click.echo(str(written[0].resolve()))
 
 

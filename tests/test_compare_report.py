@@ -91,10 +91,17 @@ def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
     assert "[precision] different precision: bf16" in checks
     assert "[sequence] different sequence length: 2048" in checks
     assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
+    # five groups do not fit 120 columns: the table is split, each part under 120 characters
+    tables = out.split("\n\n")[1:-1]
+    grids = [t for t in tables if t.startswith("metric ")]
+    assert len(grids) >= 2 and all(len(line) <= 120 for t in grids for line in t.splitlines())
     # plain CPU runs measured no power: n/a, never 0; the replayed trace gives a value
-    power = next(line for line in out.splitlines() if line.startswith("mean power")).split()
-    assert power[3:5] == ["698.6", "681.5"] and power[5] == power[7] == "n/a"
-    assert float(power[6]) == pytest.approx(summary(runs["tp2"])["power_w_mean"], rel=1e-3)
+    power = [line.split()[3:] for t in grids for line in t.splitlines()
+             if line.startswith("mean power (W)")]
+    cells = [cell for part in power for cell in part]
+    assert cells[:2] == ["698.6", "681.5"] and cells[2] == cells[4] == "n/a"
+    assert float(cells[3]) == pytest.approx(summary(runs["tp2"])["power_w_mean"], rel=1e-3)
+    assert "step time (s)" in out  # every row with a unit says it
 
 
 def test_same_workload_on_two_gpus_only_differs_in_platform(cli):
@@ -108,16 +115,25 @@ def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
                           str(runs["failed"]), "--baseline", H100.name)
     h100, h200 = summary(H100), summary(H200)
     base = group_of(result, H100)
-    assert result["baseline"] == base["label"] and base["metrics"]["mfu"]["ratio_to_baseline"] == 1
+    assert result["baseline"] == base["label"]
+    assert base["metrics"]["tokens_per_s"]["ratio_to_baseline"] == 1
     other = group_of(result, H200)["metrics"]
-    for key in ("tokens_per_s", "mfu", "energy_j_per_token", "power_w_peak", "mem_peak_gib"):
+    for key in ("tokens_per_s", "energy_j_per_token", "power_w_peak", "mem_peak_gib"):
         ratio = h200[key] / h100[key]
         assert other[key]["median"] == h200[key]
         assert other[key]["ratio_to_baseline"] == pytest.approx(ratio, rel=1e-12)
         assert other[key]["pct_diff_to_baseline"] == pytest.approx((ratio - 1) * 100, rel=1e-9)
+    # fractions and temperatures: a difference (percentage points, degrees), never a ratio
+    for key in ("mfu", "temp_gpu_c_max", "throttle_frac", "clock_sm_frac_of_max"):
+        if h200[key] is None:
+            assert other[key]["diff_to_baseline"] is None
+            continue
+        assert other[key]["ratio_to_baseline"] is None
+        assert other[key]["diff_to_baseline"] == pytest.approx(h200[key] - h100[key])
     cpu = group_of(result, runs["tp1a"])["metrics"]
     assert cpu["power_w_mean"] == {"median": None, "min": None, "max": None, "n": 0,
-                                   "ratio_to_baseline": None, "pct_diff_to_baseline": None}
+                                   "ratio_to_baseline": None, "pct_diff_to_baseline": None,
+                                   "diff_to_baseline": None}
     assert cpu["mfu"]["median"] is None  # the cpu profile declares no peak
     replayed = group_of(result, runs["tp2"])["metrics"]
     power = json.loads((runs["tp2"] / "metrics.json").read_text())["power"]
@@ -125,13 +141,35 @@ def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
     assert replayed["throttle_frac_by_reason.power_cap"]["median"] == (
         power["throttle_frac_by_reason"]["power_cap"])
     h100_power = json.loads((H100 / "metrics.json").read_text())["power"]
-    assert replayed["power.peak_to_mean"]["ratio_to_baseline"] == pytest.approx(
-        power["peak_to_mean"] / h100_power["peak_to_mean"])
+    assert replayed["power.peak_to_mean"]["diff_to_baseline"] == pytest.approx(
+        power["peak_to_mean"] - h100_power["peak_to_mean"])
     assert replayed["power_w_mean"]["ratio_to_baseline"] == pytest.approx(
         summary(runs["tp2"])["power_w_mean"] / summary(H100)["power_w_mean"])
     failed = group_of(result, runs["failed"])
     assert failed["status"] == "failed" and failed["metrics"]["tokens_per_s"]["n"] == 0
     assert any(c["kind"] == "status" for c in result["checks"])
+
+
+def test_table_relates_by_ratio_or_difference_and_drops_quiet_throttle_rows(cli):
+    r = cli("compare", str(H100), str(H200), "--baseline", str(H100))
+    assert r.returncode == 0, why_failed(r)
+    grid = r.stdout.split("\n\n")[1]
+    rows = {cells[0]: cells[1:] for line in grid.splitlines()
+            if len(cells := re.split(r" {2,}", line.strip())) == 4}
+    h100, h200 = summary(H100), summary(H200)
+    temp = h200["temp_gpu_c_max"] - h100["temp_gpu_c_max"]
+    assert rows["max temperature (°C)"][2] == f"{temp:+.1f} °C"
+    ratio = h200["tokens_per_s"] / h100["tokens_per_s"]
+    assert rows["throughput (tokens/s)"][2] == f"x{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
+    assert rows["peak memory (GiB)"][2].startswith("x")
+    # throttle reasons never active in either run: left out and named once
+    assert "throttled, power_cap" in rows and "throttled, thermal_hw" not in rows
+    assert ("throttle reasons 0 or not measured in every configuration (rows left out): "
+            "thermal_sw, thermal_hw, hw_slowdown, power_brake, other") in r.stdout
+    # what both share is said once, not in every header
+    assert "all configurations: gpt3-1.3b bf16 megatron tp1 pp1 dp1 mb4 gb16" in r.stdout
+    header = grid.split("----")[0]
+    assert "gpt3-1.3b" not in header and "h100 x1" in header and "h200 x1" in header
 
 
 def test_repeats_aggregate_to_median_min_max(cli, runs):
@@ -212,19 +250,29 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     for s in sources:
         assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     per_bundle = ("power-timeline", "chassis-heatmap", "clock-throttle", "kernel-breakdown")
-    assert figure_ids(text) == {"config-bars", "profile-breakdowns"} | {
-        f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
+    across = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
+              "exposed-comm"}
+    assert figure_ids(text) == across | {f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
-    assert with_image == {"config-bars", "profile-breakdowns", "kernel-breakdown-5"} | {
+    assert with_image == across | {"kernel-breakdown-5"} | {
         f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
-    assert "no power telemetry in this bundle (power_w: " in figures["power-timeline-3"]
+    # a CPU run without RAPL: the recorded reason, not a guess
+    assert re.search(r"no samples of power_w: [^;]+; temp_gpu_c: [^;]+; cpu_power_w: host: ",
+                     figures["power-timeline-3"])
     assert "no profile in this bundle" in figures["kernel-breakdown-1"]
     assert "Kernel time by category" in figures["kernel-breakdown-5"]
     assert "SM clock and active throttle reasons" in figures["clock-throttle-1"]
     assert "by node and chassis position" in figures["chassis-heatmap-2"]
     assert "platform cpu declares no chassis layout" in figures["chassis-heatmap-3"]
     assert "ended failed" in text and "<table>" in text
+    # a table of contents linking every part; sections named by configuration
+    links = set(re.findall(r'<a href="#([^"]+)">', text.split("</nav>")[0]))
+    assert links == {"comparison", "comparability", "across", "runs"} | across | {
+        f"bundle-{n}" for n in range(1, 6)}
+    titles = re.findall(r'<h3 id="bundle-\d">\d\. ([^<]+)</h3>', text)
+    assert titles[2] == "gpt3-tiny cpu x1 fp32 tp1 mb2 gb8"  # megatron pp1 dp1: shared
+    assert titles[3].endswith("[failed]")
 
 
 def test_markdown_report_links_every_figure(cli, runs, tmp_path):
@@ -234,10 +282,20 @@ def test_markdown_report_links_every_figure(cli, runs, tmp_path):
     text = out.read_text()
     links = re.findall(r"!\[[^\]]*\]\((report_figures/[^)]+\.png)\)", text)
     assert sorted(Path(link).stem for link in links) == sorted(
-        ["config-bars", "power-timeline-1", "chassis-heatmap-1", "clock-throttle-1"])
+        ["config-bars", "efficiency", "per-gpu", "gpu-heatmap", "power-timeline-1",
+         "chassis-heatmap-1", "clock-throttle-1"])
     assert all((tmp_path / link).read_bytes()[:4] == b"\x89PNG" for link in links)
     assert '<a id="kernel-breakdown-1"></a>' in text and "no profile in this bundle" in text
     assert "## Comparability" in text and "ended failed" in text
+    assert "## Contents" in text and "- [Runs](#runs)" in text
+
+
+def test_a_baseline_that_did_not_end_ok_is_refused(cli, runs, tmp_path):
+    for command in (["compare"], ["report", "-o", str(tmp_path / "r.html")]):
+        r = cli(*command, str(H100), str(runs["failed"]), "--baseline", str(runs["failed"]))
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+        assert r.stderr.startswith(f"error: baseline {runs['failed'].name} ended failed: ")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -294,3 +352,36 @@ def test_kernel_breakdown_counts_operator_self_time_once(profiled):
     top = [ops[i] for i in range(len(ops)) if not any(inside(i, j) for j in range(len(ops)))]
     # self times partition the top-level operators' time: nothing counted twice or dropped
     assert sum(times.values()) == pytest.approx(sum(e["dur"] for e in top) / 1e6, rel=1e-9)
+
+
+SWEEP = """name: mini
+base: {workload: gpt3-tiny, platform: cpu, steps: 2, warmup: 1, telemetry_interval_ms: 0}
+axes:
+  - product: {tp: [1, 3]}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_sweep_folder_stands_for_its_bundles(cli, tmp_path):
+    """`compare results/*` after a sweep: bundles of single runs beside a sweep folder."""
+    results = tmp_path / "results"
+    (tmp_path / "mini.yaml").write_text(SWEEP)
+    r = cli("sweep", str(tmp_path / "mini.yaml"), "--out", str(results))
+    assert r.returncode == 0, r.stderr
+    shutil.copytree(H100, results / H100.name)
+    index = json.loads((results / "mini" / "sweep.json").read_text())
+    point = results / "mini" / index["points"][0]["bundle"]
+    paths = sorted(str(p) for p in results.iterdir())
+    result = compare_json(cli, *paths)
+    assert sorted(b for g in result["groups"] for b in g["bundles"]) == sorted(
+        [str(point), str(results / H100.name)])
+    [note] = [c["message"] for c in result["checks"] if c["kind"] == "sweep"]
+    assert note == (f"sweep folder {results / 'mini'}: 1 bundle used; no bundle for 002-tp3 "
+                    "(skipped)")
+    r = cli("report", *paths, "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, why_failed(r)
+    r = cli("bundle", "show", str(results / "mini"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{results / 'mini'} is a sweep folder (sweep mini: 2 points, "
+                               "1 with a bundle), not a bundle")
+    assert str(point) in r.stdout and "002-tp3  skipped" in r.stdout

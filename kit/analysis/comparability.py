@@ -8,7 +8,11 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
   workload names of one architecture.
 * ``scaled``: a workload scaled down by a platform rule: the original, the rule's changes and
   its reason, as the manifest records them.
-* ``platform``: different platforms (MFU is then against each platform's own peak).
+* ``platform``: different platforms (MFU is then against each platform's own peak), or one
+  platform name over different devices (the inventories' GPU models).
+* ``engine``: different training engines (megatron-core, DeepSpeed), with their versions.
+* ``software``: one engine in different versions, or different torch, CUDA/ROCm or driver
+  versions.
 * ``precision``, ``batch``, ``sequence``: different dtype, micro or global batch, or sequence
   length.
 * ``telemetry``: energy from a hardware counter in some runs and from integrated power in
@@ -197,6 +201,44 @@ def _projected_checks(bundles: list[Bundle]) -> list[Check]:
             for b in bundles if b.projection is not None]
 
 
+def _engine(b: Bundle) -> str:
+    """The run's engine and its installed version, e.g. ``megatron (megatron-core 0.16.1)``."""
+    engine = b.manifest.config.get("engine", "megatron")
+    package = "megatron-core" if engine == "megatron" else engine
+    versions = {v for n in b.manifest.inventory
+                if (v := n.engine_versions.get(package)) is not None}
+    return f"{engine} ({package} {', '.join(sorted(versions)) or 'version unrecorded'})"
+
+
+def _devices(b: Bundle) -> str | None:
+    """GPU models of the run's nodes, e.g. ``NVIDIA H200``; None without GPUs."""
+    names = sorted({str(g.get("name")) for n in b.manifest.inventory for g in n.gpus})
+    return ", ".join(names) or None
+
+
+def _software(b: Bundle) -> str:
+    """torch, CUDA or ROCm and driver of the run's nodes (node 0's when they agree)."""
+    nodes = {(n.torch, n.cuda, n.rocm, n.driver) for n in b.manifest.inventory}
+    parts = []
+    for torch, cuda, rocm, driver in sorted(nodes, key=str):
+        parts.append(" ".join(x for x in (f"torch {torch}", cuda and f"CUDA {cuda}",
+                                          rocm and f"ROCm {rocm}",
+                                          driver and f"driver {driver}") if x))
+    return " / ".join(parts)
+
+
+def _software_checks(bundles: list[Bundle]) -> list[Check]:
+    """One engine in several versions, or different torch/CUDA/ROCm/driver versions."""
+    by_engine: dict[str, list[Bundle]] = {}
+    for b in bundles:
+        by_engine.setdefault(b.manifest.config.get("engine", "megatron"), []).append(b)
+    checks = []
+    for same in by_engine.values():
+        checks += _differs("software", "engine versions", same, _engine)
+    return checks + _differs("software", "torch, CUDA/ROCm or driver versions", bundles,
+                             _software)
+
+
 def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
     def config(key: str) -> Callable[[Bundle], Any]:
@@ -215,6 +257,11 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
         *_workload_checks(bundles),
         *_differs("platform", "platforms, MFU is against each one's own peak", bundles,
                   platform),
+        *[c for name, same in _by_value(bundles, lambda b: b.manifest.platform["name"]).items()
+          for c in _differs("platform", f"devices under platform {name}", same, _devices)],
+        *_differs("engine", "engines", bundles,
+                  lambda b: b.manifest.config.get("engine", "megatron")),
+        *_software_checks(bundles),
         *_differs("precision", "precision", bundles, config("dtype")),
         *_differs("batch", "global batch", bundles, config("global_batch_size")),
         *_differs("batch", "micro-batch", bundles, config("micro_batch_size")),

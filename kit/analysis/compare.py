@@ -10,16 +10,24 @@ measured is ``None`` (shown as ``n/a``), never 0. Every bundle is verified (each
 each schema checked) before it is used; the figures come from ``manifest.json`` and
 ``metrics.json`` alone. A projection file (``charllm-kit project``, kit.project.file) is read
 in place of a bundle: it is a group of its own, marked projected, and its figures' range is the
-projection's interval instead of repeats'.
+projection's interval instead of repeats'. A sweep folder given among the bundles stands for its bundles
+(:mod:`kit.analysis.inputs`).
+
+Against a baseline, a metric is related by a ratio where a ratio means something (throughput,
+time, energy, power, memory) and by a difference elsewhere: degrees C for temperatures,
+percentage points for fractions (MFU, clock, throttled shares), a plain difference for the
+peak-to-mean ratio. A baseline that did not end ok is refused: its figures cover a partial run.
 """
 
 import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from kit.analysis.comparability import Check, comparability_checks
+from kit.analysis.inputs import expand_inputs
+from kit.analysis.labels import configuration_parts, layout_label, split_shared
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
@@ -37,22 +45,24 @@ class MetricRow:
     label: str
     unit: str
     """Unit of the value; ``fraction`` is 0..1 (tables show it as a percentage)."""
+    versus: Literal["ratio", "difference"] = "ratio"
+    """How a group relates to the baseline: value / baseline, or value - baseline."""
 
 
 METRICS: tuple[MetricRow, ...] = (
     MetricRow("tokens_per_s", "throughput", "tokens/s"),
     MetricRow("step_time_s", "step time", "s"),
     MetricRow("tflops_per_gpu", "TFLOP/s per device", "TFLOP/s"),
-    MetricRow("mfu", "MFU", "fraction"),
+    MetricRow("mfu", "MFU", "fraction", "difference"),
     MetricRow("energy_j_per_token", "energy per token", "J"),
     MetricRow("power_w_mean", "mean power", "W"),
     MetricRow("power_w_peak", "peak power", "W"),
-    MetricRow("power.peak_to_mean", "peak-to-mean power", "ratio"),
-    MetricRow("temp_gpu_c_max", "max temperature", "C"),
-    MetricRow("temp_gpu_c_spread", "temperature spread", "C"),
-    MetricRow("clock_sm_frac_of_max", "SM clock / max", "fraction"),
-    MetricRow("throttle_frac", "throttled, any reason", "fraction"),
-    *(MetricRow(f"throttle_frac_by_reason.{r}", f"throttled, {r}", "fraction")
+    MetricRow("power.peak_to_mean", "peak-to-mean power", "ratio", "difference"),
+    MetricRow("temp_gpu_c_max", "max temperature", "C", "difference"),
+    MetricRow("temp_gpu_c_spread", "temperature spread", "C", "difference"),
+    MetricRow("clock_sm_frac_of_max", "SM clock / max", "fraction", "difference"),
+    MetricRow("throttle_frac", "throttled, any reason", "fraction", "difference"),
+    *(MetricRow(f"throttle_frac_by_reason.{r}", f"throttled, {r}", "fraction", "difference")
       for r in THROTTLE_BITS),
     MetricRow("mem_peak_gib", "peak memory", "GiB"),
 )
@@ -70,21 +80,6 @@ def metric_value(bundle: Bundle, key: str) -> float | None:
     else:
         value = metrics.summary.get(key)
     return float(value) if isinstance(value, int | float) else None
-
-
-def layout_label(config: dict[str, Any]) -> str:
-    """The parallel layout and batch of a resolved config, e.g. ``tp2 pp1 dp4 ep2 mb1 gb128``."""
-    p = config["parallel"]
-    parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}"]
-    parts += [f"{k}{p[k]}" for k in ("cp", "ep") if p.get(k, 1) != 1]
-    parts += [f"vpp{p['vpp']}"] if p.get("vpp") else []
-    parts += ["sp"] if p.get("sp") else []
-    optim = config.get("optim") or {}
-    parts += [f"recompute={optim['recompute']}"] if optim.get("recompute", "none") != "none" else []
-    parts += [k for k in ("overlap", "dist_optimizer", "fsdp") if optim.get(k)]
-    parts += [f"zero{optim['zero']}"] if optim.get("zero") else []
-    parts += [f"mb{config['micro_batch_size']}", f"gb{config['global_batch_size']}"]
-    return " ".join(parts)
 
 
 def _group_key(bundle: Bundle) -> str:
@@ -124,7 +119,11 @@ class Group:
 
     bundles: list[Bundle]
     label: str = ""
-    """Unique one-line name, set once all groups are known."""
+    """Unique one-line name of the whole configuration, set once all groups are known."""
+    short: str = ""
+    """Unique one-line name without the parts all groups share (figures, section titles)."""
+    own: list[str] = field(default_factory=list)
+    """Header lines without the parts all groups share (empty lines left out)."""
     values: dict[str, Aggregate] = field(default_factory=dict)
 
     @property
@@ -147,19 +146,17 @@ class Group:
         """Whether the group is a projection (kit.project), not measured runs."""
         return self.bundles[0].projection is not None
 
-    def header(self) -> list[str]:
-        """Column header lines: workload, platform, layout, runs with status and UNVERIFIED
-        (PROJECTED for a projection)."""
-        m = self.first
+    def ending(self) -> str:
+        """Runs, with the status when not ok and UNVERIFIED, e.g. ``FAILED (1 run)``."""
         runs = len(self.bundles)
         ending = "PROJECTED" if self.projected else f"{runs} run{'s' if runs > 1 else ''}"
         flags = ([self.status.upper()] if self.status != "ok" else []) + (
             [] if self.verified else ["UNVERIFIED"])
-        if flags:
-            ending = f"{' '.join(flags)} ({ending})"
-        return [m.workload["name"],
-                f"{m.platform['name']} x{len(m.ranks)} {m.config['dtype']}",
-                layout_label(m.config), ending]
+        return f"{' '.join(flags)} ({ending})" if flags else ending
+
+    def header(self) -> list[str]:
+        """Full header lines: workload, platform, engine and layout, runs with status."""
+        return [" ".join(line) for line in configuration_parts(self.first)] + [self.ending()]
 
 
 @dataclass(frozen=True)
@@ -172,6 +169,8 @@ class Comparison:
     checks: list[Check]
     bundles: list[Bundle]
     """Every compared bundle once, in the order given (an added baseline first)."""
+    shared: list[str] = field(default_factory=list)
+    """Configuration parts every group shares (left out of headers and short labels)."""
 
     def ratio(self, group: Group, key: str) -> float | None:
         """Median of ``key`` in ``group`` over the baseline group's; None if either is unknown."""
@@ -181,8 +180,16 @@ class Comparison:
         value = group.values[key].median
         return value / base if value is not None and base else None
 
+    def difference(self, group: Group, key: str) -> float | None:
+        """Median of ``key`` in ``group`` minus the baseline group's; None if either is unknown."""
+        if self.baseline is None:
+            return None
+        base = self.groups[self.baseline].values[key].median
+        value = group.values[key].median
+        return value - base if value is not None and base is not None else None
 
-def _read_all(paths: list[str | Path], allow_unverified: bool) -> list[Bundle]:
+
+def _read_all(paths: list[Path], allow_unverified: bool) -> list[Bundle]:
     """Verify and read each bundle once, refusing one given twice."""
     bundles, seen = [], set()
     for p in paths:
@@ -198,26 +205,44 @@ def _read_all(paths: list[str | Path], allow_unverified: bool) -> list[Bundle]:
 
 def _find_baseline(bundles: list[Bundle], baseline: str | Path,
                    allow_unverified: bool) -> Bundle:
-    """The compared bundle that ``baseline`` names (path or bundle id), else read it anew."""
-    for b in bundles:
-        if str(baseline) == b.path.name or Path(baseline).resolve() == b.path.resolve():
-            return b
-    if not Path(baseline).is_dir():
+    """The compared bundle that ``baseline`` names (path or bundle id), else read it anew.
+
+    Raises:
+        KitInputError: It names nothing, or a run that did not end ok.
+    """
+    found = next((b for b in bundles if str(baseline) == b.path.name
+                  or Path(baseline).resolve() == b.path.resolve()), None)
+    if found is None and not Path(baseline).is_dir():
         raise KitInputError(
             f"unknown baseline {baseline}: give one of the compared bundles (its path or id) "
             "or another bundle directory"
         )
-    return read_verified_bundle(baseline, allow_unverified)
+    base = found or read_verified_bundle(baseline, allow_unverified)
+    if base.manifest.status != "ok":
+        raise KitInputError(
+            f"baseline {base.path.name} ended {base.manifest.status}: its figures cover a "
+            "partial run, so nothing can be related to them; choose a bundle that ended ok"
+        )
+    return base
 
 
-def _label(groups: list[Group]) -> None:
-    """Give every group a unique one-line label (``#2``, ``#3`` for look-alikes)."""
+def _label(groups: list[Group]) -> list[str]:
+    """Give every group its header lines and unique labels; return the shared parts."""
+    split = split_shared([configuration_parts(g.first) for g in groups])
     counts: dict[str, int] = {}
-    for g in groups:
-        base = (" ".join(g.header()[:3]) + ("" if g.status == "ok" else f" [{g.status}]")
-                + ("" if g.verified else " [unverified]") + (" [projected]" if g.projected else ""))
+    shorts: dict[str, int] = {}
+    for g, own in zip(groups, split.own, strict=True):
+        flags = ("" if g.status == "ok" else f" [{g.status}]") + (
+            "" if g.verified else " [unverified]") + (" [projected]" if g.projected else "")
+        base = " ".join(g.header()[:3]) + flags
         counts[base] = counts.get(base, 0) + 1
         g.label = base if counts[base] == 1 else f"{base} #{counts[base]}"
+        g.own = [" ".join(line) for line in own if line] + [g.ending()]
+        # a repeat that differs only in how it ended keeps its layout in its name
+        short = (" ".join(t for line in own for t in line) or layout_label(g.first.config)) + flags
+        shorts[short] = shorts.get(short, 0) + 1
+        g.short = short if shorts[short] == 1 else f"{short} #{shorts[short]}"
+    return split.shared
 
 
 def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
@@ -225,19 +250,22 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
     """Verify, read, group and aggregate bundles, and check what makes them hard to compare.
 
     Args:
-        paths: Bundle directories; groups keep the order of their first bundle.
-        baseline: A bundle (path, or id of one in ``paths``) whose group the ratios are
-            against; a bundle not in ``paths`` is added first.
+        paths: Bundle directories or sweep folders (each standing for its bundles); groups
+            keep the order of their first bundle.
+        baseline: A bundle (path, or id of one in ``paths``) whose group the other groups are
+            related to; a bundle not in ``paths`` is added first. It must have ended ok.
         allow_unverified: Use bundles that fail verification (in groups of their own, flagged
             by an ``unverified`` check) instead of refusing them.
 
     Raises:
-        KitInputError: No bundles, a bundle given twice, an unknown baseline, or a path that
-            is not a readable, verified bundle (:class:`kit.errors.BundleError`).
+        KitInputError: No bundles, a bundle given twice, an unknown or failed baseline, a
+            sweep folder without bundles, or a path that is not a readable, verified bundle
+            (:class:`kit.errors.BundleError`).
     """
     if not paths:
         raise KitInputError("no bundles to compare: give one or more bundle directories")
-    bundles = _read_all(paths, allow_unverified)
+    inputs = expand_inputs(paths)
+    bundles = _read_all(inputs.bundles, allow_unverified)
     base = (_find_baseline(bundles, baseline, allow_unverified) if baseline is not None
             else None)
     if base is not None and all(base is not b for b in bundles):
@@ -253,7 +281,8 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
             interval = g.bundles[0].projection.interval  # type: ignore[union-attr]
             g.values.update({k: Aggregate(v[1], v[0], v[2], 1) for k, v in interval.items()
                              if k in g.values})
-    _label(groups)
+    shared = _label(groups)
     index = (next(i for i, g in enumerate(groups) if any(b is base for b in g.bundles))
              if base is not None else None)
-    return Comparison(groups, index, comparability_checks(bundles), bundles)
+    checks = [Check("sweep", note) for note in inputs.notes] + comparability_checks(bundles)
+    return Comparison(groups, index, checks, bundles, shared)

@@ -1,6 +1,10 @@
 """Render a :class:`~kit.analysis.compare.Comparison` as a table, Markdown, CSV or JSON.
 
 Table and Markdown put the comparability checks under the figures, where a reader sees them;
+their column headers leave out what every group shares (said once above the table), per-reason
+throttle rows that are 0 or unmeasured in every group are left out (named under the table), and
+a table wider than :data:`MAX_WIDTH` characters is split into several, each with the metric
+column, so a comparison of many layouts stays readable in a terminal and on a page;
 CSV keeps stdout one parseable table and leaves the checks to stderr; JSON carries them in a
 ``checks`` list. A missing value is ``n/a`` (``null`` in JSON), never 0. A group of bundles
 that failed verification (``--allow-unverified``) says ``UNVERIFIED`` in its column header and
@@ -16,13 +20,20 @@ from typing import Any, Literal
 from tabulate import tabulate
 
 from kit.analysis.comparability import Check
-from kit.analysis.compare import METRICS, Aggregate, Comparison, Group
+from kit.analysis.compare import METRICS, Aggregate, Comparison, Group, MetricRow
+from kit.analysis.labels import layout_label, shared_phrase
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
 
 Format = Literal["table", "markdown", "csv", "json"]
 NA = "n/a"
 _LISTED = 3
 """Bundle ids listed per group before the rest are counted."""
+MAX_WIDTH = 120
+"""Characters a metric table may take before it is split into several."""
+_HEADER_WIDTH = 22
+"""Characters per line of a column header before it wraps."""
+_UNITS = {"C": "°C"}
+"""How a unit is written for people, where it differs from its key."""
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -46,31 +57,120 @@ def _cell(agg: Aggregate, unit: str) -> str:
     return f"{median} [{format_value(agg.min, unit)}..{format_value(agg.max, unit)}]"
 
 
-def _ratio_cell(ratio: float | None) -> str:
-    return NA if ratio is None else f"x{ratio:.3g} ({(ratio - 1) * 100:+.1f}%)"
+def unit_text(unit: str) -> str:
+    """A unit as people read it (``°C`` for ``C``)."""
+    return _UNITS.get(unit, unit)
 
 
-def _row_label(label: str, unit: str) -> str:
-    return label if unit in ("fraction", "ratio") or label.startswith(unit) else f"{label} ({unit})"
+def versus_cell(c: Comparison, g: Group, row: MetricRow) -> str:
+    """A group against the baseline: ``x1.04 (+4.2%)``, or a difference in the metric's unit
+    (``-2.0 °C``, ``+3.1 pp`` for fractions, ``+0.12`` for a ratio metric).
+    """
+    if row.versus == "ratio":
+        ratio = c.ratio(g, row.key)
+        if ratio is None:
+            return NA
+        return f"x{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)" if ratio < 10 else f"x{ratio:.1f}"
+    diff = c.difference(g, row.key)
+    if diff is None:
+        return NA
+    if row.unit == "fraction":
+        return f"{diff * 100:+.1f} pp"
+    if row.unit == "ratio":
+        return f"{diff:+.3g}"
+    return f"{diff:+.1f} {unit_text(row.unit)}"
+
+
+def row_label(row: MetricRow) -> str:
+    """A metric's name with its unit, e.g. ``step time (s)``; fractions and ratios have none."""
+    if row.unit in ("fraction", "ratio") or row.label.split()[0] == row.unit:
+        return row.label
+    return f"{row.label} ({unit_text(row.unit)})"
+
+
+def shown_rows(c: Comparison) -> tuple[list[MetricRow], list[str]]:
+    """The rows a table shows, and the per-reason throttle rows left out because every group
+    has 0 or nothing there (by reason name).
+    """
+    rows, quiet = [], []
+    for m in METRICS:
+        if m.key.startswith("throttle_frac_by_reason.") and not any(
+                g.values[m.key].max for g in c.groups):
+            quiet.append(m.key.split(".", 1)[1])
+            continue
+        rows.append(m)
+    return rows, quiet
+
+
+def _wrap(line: str) -> list[str]:
+    """A header line broken between words to :data:`_HEADER_WIDTH` characters."""
+    out: list[str] = []
+    for word in line.split():
+        if out and len(out[-1]) + 1 + len(word) <= _HEADER_WIDTH:
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out or [line]
+
+
+def _group_columns(c: Comparison, i: int, rows: list[MetricRow]) -> list[tuple[str, list[str]]]:
+    """A group's columns as (header lines joined later, cells): its values, and against the
+    baseline when there is one and it is another group.
+    """
+    g = c.groups[i]
+    header = [w for line in g.own for w in _wrap(line)] + (["(baseline)"] if i == c.baseline
+                                                             else [])
+    cols = [("\n".join(header), [_cell(g.values[m.key], m.unit) for m in rows])]
+    if c.baseline is not None and i != c.baseline:
+        cols.append(("vs baseline", [versus_cell(c, g, m) for m in rows]))
+    return cols
+
+
+def _width(header: str, cells: list[str]) -> int:
+    return max([len(x) for x in header.split("\n")] + [len(x) for x in cells]) + 2
+
+
+def metric_grids(c: Comparison, newline: str, tablefmt: str) -> list[str]:
+    """The metric table, split into tables of at most :data:`MAX_WIDTH` characters: a column
+    per group, each followed by one against the baseline.
+    """
+    rows, _ = shown_rows(c)
+    names = [row_label(m) for m in rows]
+    first = max(len(n) for n in names) + 2
+    chunks: list[list[tuple[str, list[str]]]] = [[]]
+    width = first
+    for i in range(len(c.groups)):
+        cols = _group_columns(c, i, rows)
+        w = sum(_width(h, cells) for h, cells in cols)
+        if chunks[-1] and width + w > MAX_WIDTH:
+            chunks.append([])
+            width = first
+        chunks[-1] += cols
+        width += w
+    out = []
+    for cols in chunks:
+        headers = ["metric"] + [h.replace("\n", newline) for h, _ in cols]
+        table = [[name, *(cells[r] for _, cells in cols)] for r, name in enumerate(names)]
+        out.append(tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+                            colalign=("left",) + ("right",) * len(cols)))
+    return out
+
+
+def table_notes(c: Comparison) -> list[str]:
+    """Lines that go under the metric tables: what all groups share, the rows left out."""
+    notes = []
+    if c.shared:
+        notes.append(f"all configurations: {shared_phrase(c.shared)}")
+    _, quiet = shown_rows(c)
+    if quiet:
+        notes.append("throttle reasons 0 or not measured in every configuration (rows left "
+                     f"out): {', '.join(quiet)}")
+    return notes
 
 
 def metric_grid(c: Comparison, newline: str, tablefmt: str) -> str:
-    """The metric table: a column per group, and one against the baseline after each other."""
-    headers = ["metric"]
-    for i, g in enumerate(c.groups):
-        headers.append(newline.join(g.header() + (["(baseline)"] if i == c.baseline else [])))
-        if c.baseline is not None and i != c.baseline:
-            headers.append("vs baseline")
-    rows = []
-    for m in METRICS:
-        row = [_row_label(m.label, m.unit)]
-        for i, g in enumerate(c.groups):
-            row.append(_cell(g.values[m.key], m.unit))
-            if c.baseline is not None and i != c.baseline:
-                row.append(_ratio_cell(c.ratio(g, m.key)))
-        rows.append(row)
-    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True,
-                    colalign=("left",) + ("right",) * (len(headers) - 1))
+    """All of :func:`metric_grids`, one table after another."""
+    return "\n\n".join(metric_grids(c, newline, tablefmt))
 
 
 def _bundle_list(g: Group) -> str:
@@ -99,9 +199,11 @@ def _text(c: Comparison, markdown: bool) -> str:
     groups = [f"{bullet}{g.label}: {_bundle_list(g)}" for g in c.groups]
     checks = [f"{bullet}{line}" for line in check_lines(c.checks)]
     grid = metric_grid(c, "<br>", "github") if markdown else metric_grid(c, "\n", "simple")
+    notes = "\n".join(table_notes(c))
     heading = "**{}**" if markdown else "{}:"
     extra = side_by_side_text(c.bundles, "github" if markdown else "simple")
-    return "\n\n".join([title, grid, heading.format("groups") + "\n" + "\n".join(groups),
+    return "\n\n".join([title, grid, *([notes] if notes else []),
+                        heading.format("groups") + "\n" + "\n".join(groups),
                         heading.format("comparability") + "\n" + "\n".join(checks),
                         *([extra] if extra else [])]) + "\n"
 
@@ -110,25 +212,35 @@ def _pct(ratio: float | None) -> float | None:
     return None if ratio is None else (ratio - 1) * 100
 
 
+def _versus(c: Comparison, g: Group, row: MetricRow) -> tuple[float | None, float | None,
+                                                             float | None]:
+    """(ratio, percent difference, difference) to the baseline; ratios only for ratio rows."""
+    ratio = c.ratio(g, row.key) if row.versus == "ratio" else None
+    return ratio, _pct(ratio), c.difference(g, row.key)
+
+
 def comparison_dict(c: Comparison) -> dict[str, Any]:
     """The comparison as plain JSON data (``null`` where not measured)."""
     groups = []
     for g in c.groups:
         m = g.first
         groups.append({
-            "label": g.label, "workload": m.workload["name"], "platform": m.platform["name"],
-            "layout": g.header()[2], "dtype": m.config["dtype"], "status": g.status,
+            "label": g.label, "short_label": g.short, "workload": m.workload["name"],
+            "platform": m.platform["name"], "engine": m.config.get("engine", "megatron"),
+            "layout": layout_label(m.config), "dtype": m.config["dtype"], "status": g.status,
             "verified": g.verified, "projected": g.projected,
             "bundles": [str(b.path) for b in g.bundles],
             **({"inputs": [i.model_dump() for i in g.bundles[0].projection.inputs]}
                if g.bundles[0].projection else {}),
             "metrics": {row.key: {**vars(g.values[row.key]),
-                                  "ratio_to_baseline": c.ratio(g, row.key),
-                                  "pct_diff_to_baseline": _pct(c.ratio(g, row.key))}
+                                  **dict(zip(("ratio_to_baseline", "pct_diff_to_baseline",
+                                              "diff_to_baseline"), _versus(c, g, row),
+                                             strict=True))}
                         for row in METRICS},
         })
     return {
         "baseline": c.groups[c.baseline].label if c.baseline is not None else None,
+        "shared": c.shared,
         "metrics": [vars(row) for row in METRICS],
         "groups": groups,
         "checks": [vars(check) for check in c.checks],
@@ -141,15 +253,16 @@ def _csv(c: Comparison) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["metric", "label", "unit", "group", "status", "verified", "runs", "n",
-                     "median", "min", "max", "ratio_to_baseline", "pct_diff_to_baseline"])
+                     "median", "min", "max", "ratio_to_baseline", "pct_diff_to_baseline",
+                     "diff_to_baseline"])
     for g in c.groups:
         for row in METRICS:
-            agg, ratio = g.values[row.key], c.ratio(g, row.key)
+            agg = g.values[row.key]
             writer.writerow([row.key, row.label, row.unit, g.label, g.status,
                              str(g.verified).lower(), len(g.bundles),
                              agg.n, *(NA if v is None else repr(v)
-                                      for v in (agg.median, agg.min, agg.max, ratio,
-                                                _pct(ratio)))])
+                                      for v in (agg.median, agg.min, agg.max,
+                                                *_versus(c, g, row)))])
     return out.getvalue()
 
 

@@ -1,12 +1,16 @@
 """Assemble a report on bundles: the comparison, its checks and every figure, as one file.
 
 HTML is self-contained: figures are PNGs embedded as base64 ``data:`` URIs and the style is
-inline, so the file can be mailed or attached as is. Markdown writes the figures as PNG files
-in a folder beside the report (``<name>_figures/``) and links them relatively, which is what
-Markdown viewers render. Each figure has a stable id (``config-bars``,
-``power-timeline-<n>``, ``chassis-heatmap-<n>``, ``clock-throttle-<n>``,
-``kernel-breakdown-<n>``, ``n`` the bundle's position) and a caption; a figure a bundle cannot
-have (no GPU telemetry, no chassis layout, no profile) is replaced by a note saying why.
+inline, so the file can be mailed or attached as is. Markdown writes the same figures as PNG
+files in a folder beside the report (``<name>_figures/``) and links them relatively, which is
+what Markdown viewers render. Both open with a table of contents.
+
+Figures across configurations come first (:mod:`kit.analysis.plots_cross`), then one section
+per bundle, named by its configuration (:mod:`kit.analysis.plots_run`). Each figure has a
+stable id and a caption; a figure a bundle cannot have is replaced by a note saying why, from
+what the bundle holds (no samples, the sampler off, a field's recorded reason, no chassis
+layout, no profile). Every bundle's telemetry is drawn whatever its status: a failed run's
+samples up to the crash are kept, and its figures say how it ended.
 
 Every bundle is verified before it is used. One that failed and is reported only because of
 ``--allow-unverified`` is named in a warning under the title, flagged in the comparison and
@@ -23,11 +27,14 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from tabulate import tabulate
 
-from kit.analysis import plots
-from kit.analysis.compare import Comparison, compare_bundles, layout_label
-from kit.analysis.compare_format import check_lines, metric_grid
+from kit.analysis import plots_cross, plots_run
+from kit.analysis.compare import Comparison, Group, compare_bundles
+from kit.analysis.compare_format import check_lines, metric_grids, table_notes
 from kit.analysis.kernels import kernel_times
-from kit.analysis.side_by_side import fabric_curves, profile_shares
+from kit.analysis.labels import layout_label, shared_phrase
+from kit.analysis.plots_common import png_bytes
+from kit.analysis.run_view import RunView, Scales, run_view
+from kit.analysis.side_by_side import fabric_curves
 from kit.bundle.reader import Bundle
 from kit.project.file import projection_facts
 
@@ -37,6 +44,8 @@ class FigureItem:
     """One figure of the report, or the note that stands in for it."""
 
     id: str
+    title: str
+    """A few words for the table of contents."""
     caption: str
     png: bytes | None
     note: str = ""
@@ -47,71 +56,123 @@ class FigureItem:
 class Section:
     """One bundle's part of the report."""
 
+    id: str
+    title: str
+    """The bundle's configuration (its group's short label), how it ended."""
     bundle: Bundle
     facts: list[tuple[str, str]]
     figures: list[FigureItem]
 
 
-def _item(fig_id: str, caption: str, fig: Figure | None, note: str) -> FigureItem:
-    return FigureItem(fig_id, caption, plots.png_bytes(fig) if fig is not None else None,
+def _item(fig_id: str, title: str, caption: str, fig: Figure | None, note: str) -> FigureItem:
+    return FigureItem(fig_id, title, caption, png_bytes(fig) if fig is not None else None,
                       "" if fig is not None else note)
 
 
-def _no_power_reason(bundle: Bundle) -> str:
-    """Why a bundle has no power trace, from its telemetry sources."""
-    sources = bundle.manifest.telemetry_sources
-    reasons = [f"{name}: {(s.reason if (s := sources.get(name)) else None) or 'no samples'}"
-               for name in ("power_w", "cpu_power_w")]
-    return "no power telemetry in this bundle (" + "; ".join(reasons) + ")"
+def _field_reason(bundle: Bundle, name: str) -> str:
+    """Why a telemetry field has no samples: its recorded reason, or that none came."""
+    source = bundle.manifest.telemetry_sources.get(name)
+    if source is None:
+        return f"{name}: not recorded"
+    if source.source is None:
+        return f"{name}: {source.reason or 'no source'}"
+    return f"{name}: {source.source} recorded no samples"
 
 
-def _no_heatmap_reason(bundle: Bundle) -> str:
-    """Why a bundle has no chassis heatmap."""
-    platform = bundle.manifest.platform
+def _no_samples_reason(bundle: Bundle, fields: tuple[str, ...]) -> str:
+    """Why a time-series figure is missing: no telemetry at all, or these fields' reasons."""
+    if bundle.telemetry.num_rows == 0:
+        interval = bundle.manifest.config.get("telemetry_interval_ms")
+        why = ("the sampler was off (--telemetry-interval-ms 0)" if interval == 0
+               else "the sampler recorded none")
+        return f"no telemetry samples in this bundle: {why}"
+    return "no samples of " + "; ".join(_field_reason(bundle, f) for f in fields)
+
+
+def _no_heatmap_reason(view: RunView) -> str:
+    platform = view.bundle.manifest.platform
     if not platform.get("chassis"):
         return f"platform {platform['name']} declares no chassis layout"
-    return "no per-device GPU telemetry over the measured steps"
+    if not view.stats:
+        return _no_samples_reason(view.bundle, ("power_w", "temp_gpu_c"))
+    return "the GPUs with samples are not in the platform's chassis layout"
 
 
-def _facts(bundle: Bundle) -> list[tuple[str, str]]:
+def _steps_fact(bundle: Bundle) -> str:
+    """Steps that ran by phase, against those asked for."""
+    cfg = bundle.manifest.config
+    phases = bundle.steps.select(["step", "phase"]).to_pylist()
+    ran = {p: len({r["step"] for r in phases if r["phase"] == p}) for p in ("warmup", "measured")}
+    return (f"{ran['warmup']} of {cfg.get('warmup', '?')} warmup and {ran['measured']} of "
+            f"{cfg.get('steps', '?')} measured steps ran")
+
+
+def _telemetry_fact(view: RunView) -> str:
+    series = view.power or view.temp or view.clock
+    if not series:
+        return _no_samples_reason(view.bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))
+    counts = sorted({len(s.t) for s in series})
+    span = max(float(s.t[-1] - s.t[0]) for s in series)
+    per = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    what = "host" if series[0].device < 0 else "GPU"
+    return (f"{per} samples per {what} over {span:.1f} s ({len(series)} {what}"
+            f"{'s' if len(series) > 1 else ''}), {view.period_text()}")
+
+
+def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
     m = bundle.manifest
     verified = ("yes: checksums and schemas match" if bundle.verification_error is None else
                 f"NO: {bundle.verification_error}; reported only because of --allow-unverified")
-    facts = [("status", m.status + (f": {m.error}" if m.error else "")),
+    gpus = [str(g.get("name")) for node in m.inventory for g in node.gpus]
+    facts = [("bundle", bundle.path.name),
+             ("status", m.status + (f": {m.error}" if m.error else "")),
+             ("steps", _steps_fact(bundle)),
              ("verified", verified),
              ("workload", m.workload["name"]),
-             ("platform", f"{m.platform['name']} ({m.platform.get('device_name', '')})"),
+             ("platform", f"{m.platform['name']} ({m.platform.get('device_name', '')}), "
+                          f"{len(m.inventory)} node{'s' if len(m.inventory) > 1 else ''}"
+                          + (f", {len(gpus)} x {gpus[0]}" if gpus else "")),
              ("ranks", str(len(m.ranks))),
-             ("layout", layout_label(m.config)),
+             ("engine and layout", layout_label(m.config)),
              ("dtype", m.config["dtype"]),
+             ("telemetry", _telemetry_fact(view)),
              ("created", m.created_utc)]
     scaling = m.workload.get("scaling")
     if scaling:
-        facts.insert(2, ("scaled", f"from {scaling['original']['name']} by the "
+        facts.insert(5, ("scaled", f"from {scaling['original']['name']} by the "
                                    f"{scaling['platform']} rule: {scaling['rule']['reason']}"))
     return facts
 
 
-def _section(n: int, bundle: Bundle) -> Section:
-    """Figures of bundle ``n``: power, chassis heatmaps, clock and throttle, kernels (a
-    projection has none: its section states its inputs, intervals and assumptions)."""
-    if bundle.projection is not None:
-        return Section(bundle, _facts(bundle)[2:] + projection_facts(bundle.projection), [])
-    title = plots.bundle_title(bundle)
+def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
+    """Figures of bundle ``n``: power and temperature, chassis heatmaps, clock and throttle,
+    kernels (a projection has none: its section states its inputs, intervals and assumptions).
+    """
+    bundle = view.bundle
+    if bundle.projection is not None:  # no figures: its inputs, intervals and assumptions
+        return Section(f"bundle-{n}", f"{group.short} (projected)", bundle,
+                       _facts(bundle, view)[2:] + projection_facts(bundle.projection), [])
+    where = "" if len(group.bundles) == 1 else (
+        f" (run {group.bundles.index(bundle) + 1} of {len(group.bundles)})")
+    name = f"{group.short}{where}"
+    no_profile = "no profile in this bundle (charllm-kit run --profile records one)"
     figures = [
-        _item(f"power-timeline-{n}", f"Power of every device over time, step windows shaded: "
-                                     f"{title}.", plots.power_timeline(bundle),
-              _no_power_reason(bundle)),
-        _item(f"chassis-heatmap-{n}", f"Mean temperature and power per device over the "
-                                      f"measured steps, by node and chassis position: {title}.",
-              plots.chassis_heatmaps(bundle), _no_heatmap_reason(bundle)),
-        _item(f"clock-throttle-{n}", f"SM clock and active throttle reasons over time: {title}.",
-              plots.clock_and_throttle(bundle), "no SM clock or throttle telemetry"),
-        _item(f"kernel-breakdown-{n}", f"Kernel time by category: {title}.",
-              plots.kernel_breakdown(kernel_times(bundle), title),
-              "no profile in this bundle"),
+        _item(f"power-timeline-{n}", "power and temperature",
+              "Power (with the power limit) and temperature of every device over time, step "
+              f"windows shaded: {name}.", plots_run.power_timeline(view, scales),
+              _no_samples_reason(bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
+        _item(f"chassis-heatmap-{n}", "chassis heatmaps",
+              f"Mean temperature and power per GPU over the {view.scope}, by node and chassis "
+              f"position: {name}.", plots_run.chassis_heatmaps(view, scales),
+              _no_heatmap_reason(view)),
+        _item(f"clock-throttle-{n}", "SM clock and throttling",
+              f"SM clock and active throttle reasons over time: {name}.",
+              plots_run.clock_and_throttle(view, scales),
+              _no_samples_reason(bundle, ("clock_sm_mhz", "throttle"))),
+        _item(f"kernel-breakdown-{n}", "kernel time", f"Kernel time by category: {name}.",
+              plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
     ]
-    return Section(bundle, _facts(bundle), figures)
+    return Section(f"bundle-{n}", name, bundle, _facts(bundle, view), figures)
 
 
 @dataclass(frozen=True)
@@ -119,35 +180,72 @@ class Report:
     """Everything the report shows, before it is written in one format."""
 
     comparison: Comparison
-    bars: FigureItem
     across: list[FigureItem]
-    """Profile breakdowns and fabric curves of all bundles side by side (when any has them)."""
+    """Figures across configurations (and notes for those no bundle can have)."""
     sections: list[Section]
     created_utc: str
 
 
-def build_report(paths: list[str | Path], allow_unverified: bool = False) -> Report:
+def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureItem]:
+    """Figures across configurations; ``views`` holds each group's first run, by label."""
+    shared = f" All configurations: {shared_phrase(c.shared)}." if c.shared else ""
+    no_gpu = "no bundle has per-GPU telemetry"
+    no_profile = "no bundle has a profile breakdown (charllm-kit run --profile records one)"
+    items = [
+        _item("config-bars", "Throughput, MFU, energy, peak power",
+              "Throughput, MFU, energy per token and peak power per configuration, by workload "
+              "and fastest first; failed runs are marked, unmeasured values say n/a."
+              + shared,
+              plots_cross.configuration_bars(c), ""),
+        _item("efficiency", "Energy efficiency",
+              "Throughput against energy per token, colour = mean power per device; samples "
+              f"(sequences) per MJ of device energy beside it.{shared}",
+              plots_cross.efficiency(c),
+              "no configuration measured both throughput and energy per token"),
+        _item("per-gpu", "Power, temperature and SM clock per GPU",
+              "Per GPU and configuration: mean and peak power, mean and max temperature, mean "
+              "and lowest SM clock over the measured steps of the configuration's first run."
+              + shared, plots_cross.per_gpu(c, views), no_gpu),
+        _item("gpu-heatmap", "GPUs in node order",
+              "GPUs in node order per configuration: mean temperature, power and link traffic "
+              f"over the measured steps, one colour scale each.{shared}",
+              plots_cross.gpu_heatmap(c, views), no_gpu),
+        _item("profile-breakdowns", "Time by category per pipeline stage",
+              "Share of the profiled steps per category, per configuration and pipeline stage "
+              f"(kit.analysis.kernels).{shared}", plots_cross.stage_breakdown(c), no_profile),
+        _item("exposed-comm", "Exposed communication",
+              "Communication per configuration and collective type: exposed (nothing computed "
+              f"meanwhile) and overlapped with compute, as shares of the profiled steps.{shared}",
+              plots_cross.exposed_communication(c), no_profile),
+    ]
+    fabric = plots_cross.fabric_busbw(fabric_curves(c.bundles))
+    if fabric is not None:
+        items.append(_item("fabric-busbw", "Fabric bus bandwidth",
+                           "Fabric bus bandwidth against message size (charllm-kit fabric).",
+                           fabric, ""))
+    return items
+
+
+def build_report(paths: list[str | Path], allow_unverified: bool = False,
+                 baseline: str | Path | None = None) -> Report:
     """Verify and compare the bundles and draw every figure.
 
     Args:
-        paths: Bundle directories.
+        paths: Bundle directories or sweep folders (:mod:`kit.analysis.inputs`).
         allow_unverified: Report bundles that fail verification (marked) instead of refusing.
+        baseline: The bundle the comparison relates the others to (it must have ended ok).
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
-    comparison = compare_bundles(paths, allow_unverified=allow_unverified)
-    bars = _item("config-bars", "Throughput, MFU, energy per token and peak power per "
-                                "configuration; failed runs are marked, unmeasured values "
-                                "say n/a.", plots.configuration_bars(comparison), "")
-    across = [_item("profile-breakdowns", "Share of the profiled steps per category, per bundle "
-                                          "and rank (kit.analysis.kernels).",
-                    plots.profile_breakdowns(profile_shares(comparison.bundles)), ""),
-              _item("fabric-busbw", "Fabric bus bandwidth against message size "
-                                    "(charllm-kit fabric).",
-                    plots.fabric_busbw(fabric_curves(comparison.bundles)), "")]
-    return Report(comparison, bars, [a for a in across if a.png is not None],
-                  [_section(n, b) for n, b in enumerate(comparison.bundles, 1)],
+    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified)
+    views = {id(b): run_view(b) for b in c.bundles}
+    scales = Scales.of(list(views.values()))
+    first = {g.label: views[id(g.bundles[0])] for g in c.groups}
+    group_of = {id(b): g for g in c.groups for b in g.bundles}
+    sections = [_section(n, group_of[id(b)], views[id(b)], scales)
+                for n, b in enumerate(c.bundles, 1)]
+    return Report(c, _across(c, first), sections,
                   datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -161,6 +259,7 @@ figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd
 figcaption { font-size: 0.9em; color: #444; } .note { color: #a05000; font-style: italic; }
 .checks li { margin: 0.3em 0; } dl { display: grid; grid-template-columns: max-content auto; }
 dt { font-weight: bold; padding-right: 1em; } dd { margin: 0; }
+nav { font-size: 0.9em; } .sub { color: #666; font-size: 0.9em; }
 """
 
 
@@ -173,6 +272,29 @@ def _unverified_warning(report: Report) -> str | None:
             f"figures may have been edited): {', '.join(names)}.")
 
 
+def _intro(report: Report) -> str:
+    c = report.comparison
+    text = (f"{sum(len(g.bundles) for g in c.groups)} bundles in {len(c.groups)} "
+            f"configurations; written {report.created_utc} by charllm-kit "
+            f"{version('charllm-kit')}. Values are the median [min..max] over repeats; "
+            "n/a = not measured.")
+    if c.baseline is not None:
+        text += (f" Baseline: {c.groups[c.baseline].short}; ratios for throughput, time, "
+                 "energy, power and memory, differences for temperatures (°C) and shares "
+                 "(percentage points).")
+    return text
+
+
+def _contents(report: Report) -> list[tuple[int, str, str]]:
+    """(level, anchor, title) of every part, for the table of contents."""
+    items = [(1, "comparison", "Comparison"), (1, "comparability", "Comparability"),
+             (1, "across", "Across configurations")]
+    items += [(2, f.id, f.title) for f in report.across]
+    items += [(1, "runs", "Runs")]
+    items += [(2, s.id, f"{n}. {s.title}") for n, s in enumerate(report.sections, 1)]
+    return items
+
+
 def _html_figure(item: FigureItem) -> str:
     caption = html.escape(item.caption)
     if item.png is None:
@@ -183,26 +305,45 @@ def _html_figure(item: FigureItem) -> str:
             f'alt="{caption}"><figcaption>{caption}</figcaption></figure>')
 
 
+def _html_contents(report: Report) -> str:
+    tree: list[tuple[str, str, list[tuple[str, str]]]] = []
+    for depth, anchor, text in _contents(report):
+        if depth == 1:
+            tree.append((anchor, text, []))
+        else:
+            tree[-1][2].append((anchor, text))
+
+    def link(anchor: str, text: str) -> str:
+        return f'<a href="#{anchor}">{html.escape(text)}</a>'
+
+    items = "".join(
+        f"<li>{link(a, t)}" + (f"<ul>{''.join(f'<li>{link(*c)}</li>' for c in kids)}</ul>"
+                               if kids else "") + "</li>" for a, t, kids in tree)
+    return f"<nav><h2>Contents</h2><ul>{items}</ul></nav>"
+
+
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML page."""
     c = report.comparison
     checks = "".join(f"<li>{html.escape(line)}</li>" for line in check_lines(c.checks))
+    notes = "".join(f"<p>{html.escape(n)}</p>" for n in table_notes(c))
     warning = _unverified_warning(report)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         "<title>charllm-kit report</title>", f"<style>{_STYLE}</style></head><body>",
-        "<h1>charllm-kit report</h1>",
-        f"<p>{sum(len(g.bundles) for g in c.groups)} bundles in {len(c.groups)} groups; "
-        f"written {report.created_utc} by charllm-kit {version('charllm-kit')}. Values are "
-        "the median [min..max] over repeats; n/a = not measured.</p>",
+        "<h1>charllm-kit report</h1>", f"<p>{html.escape(_intro(report))}</p>",
         *([f'<p class="note" id="unverified">{html.escape(warning)}</p>'] if warning else []),
-        '<h2 id="comparison">Comparison</h2>', metric_grid(c, "\n", "html"),
+        _html_contents(report),
+        '<h2 id="comparison">Comparison</h2>', *metric_grids(c, "\n", "html"), notes,
         '<h2 id="comparability">Comparability</h2>', f'<ul class="checks">{checks}</ul>',
-        _html_figure(report.bars), *(_html_figure(a) for a in report.across),
+        '<h2 id="across">Across configurations</h2>',
+        *(_html_figure(a) for a in report.across),
+        '<h2 id="runs">Runs</h2>',
     ]
     for n, s in enumerate(report.sections, 1):
         facts = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in s.facts)
-        parts += [f'<h2 id="bundle-{n}">{n}. {html.escape(s.bundle.path.name)}</h2>',
+        parts += [f'<h3 id="{s.id}">{n}. {html.escape(s.title)}</h3>',
+                  f'<p class="sub">{html.escape(s.bundle.path.name)}</p>',
                   f"<dl>{facts}</dl>", *(_html_figure(f) for f in s.figures)]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
@@ -211,7 +352,7 @@ def render_html(report: Report) -> str:
 def _md_figure(item: FigureItem, folder: str) -> str:
     if item.png is None:
         return f'<a id="{item.id}"></a>\n\n*{item.caption}* {item.note}.'
-    return (f'<a id="{item.id}"></a>\n\n![{item.caption}]({folder}/{item.id}.png)\n\n'
+    return (f'<a id="{item.id}"></a>\n\n![{item.title}]({folder}/{item.id}.png)\n\n'
             f"*{item.caption}*")
 
 
@@ -220,28 +361,32 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
     c = report.comparison
     checks = "\n".join(f"- {line}" for line in check_lines(c.checks))
     warning = _unverified_warning(report)
+    contents = "\n".join(f"{'  ' * (depth - 1)}- [{text}](#{anchor})"
+                         for depth, anchor, text in _contents(report))
     parts = [
-        "# charllm-kit report",
-        f"{sum(len(g.bundles) for g in c.groups)} bundles in {len(c.groups)} groups; written "
-        f"{report.created_utc} by charllm-kit {version('charllm-kit')}. Values are the median "
-        "[min..max] over repeats; n/a = not measured.",
+        "# charllm-kit report", _intro(report),
         *([f"**{warning}**"] if warning else []),
-        "## Comparison", metric_grid(c, "<br>", "github"),
-        "## Comparability", checks, _md_figure(report.bars, folder),
+        "## Contents", contents,
+        '<a id="comparison"></a>\n\n## Comparison', *metric_grids(c, "<br>", "github"),
+        *table_notes(c),
+        '<a id="comparability"></a>\n\n## Comparability', checks,
+        '<a id="across"></a>\n\n## Across configurations',
         *(_md_figure(a, folder) for a in report.across),
+        '<a id="runs"></a>\n\n## Runs',
     ]
     for n, s in enumerate(report.sections, 1):
         facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
-        parts += [f"## {n}. {s.bundle.path.name}", facts,
+        parts += [f'<a id="{s.id}"></a>\n\n### {n}. {s.title}', facts,
                   *(_md_figure(f, folder) for f in s.figures)]
-    items = [report.bars, *report.across, *(f for s in report.sections for f in s.figures)]
+    items = [*report.across, *(f for s in report.sections for f in s.figures)]
     return "\n\n".join(parts) + "\n", {f"{i.id}.png": i.png for i in items if i.png is not None}
 
 
 def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
-                 allow_unverified: bool = False) -> list[Path]:
+                 allow_unverified: bool = False,
+                 baseline: str | Path | None = None) -> list[Path]:
     """Build the report on ``paths`` and write it to ``out``; return the files written."""
-    report = build_report(paths, allow_unverified)
+    report = build_report(paths, allow_unverified, baseline)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not markdown:
         out.write_text(render_html(report), encoding="utf-8")

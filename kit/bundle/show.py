@@ -1,11 +1,17 @@
-"""A short human summary of one bundle, for ``charllm-kit bundle show`` and after a run."""
+"""A short human summary of one bundle, for ``charllm-kit bundle show`` and after a run.
 
+``bundle show`` of a sweep folder says it is one and lists its points' bundles, rather than
+refusing it for a missing ``manifest.json``.
+"""
+
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from kit.bundle.reader import Bundle
+from kit.bundle.reader import Bundle, read_bundle
 from kit.bundle.schema import SUMMARY_KEYS
+from kit.sweep.folder import SweepFolder, read_sweep_folder
 
 _FRACTIONS = frozenset({"mfu", "clock_sm_frac_of_max", "throttle_frac"})
 _LAYOUT = ("tp", "pp", "dp", "cp", "ep")
@@ -104,3 +110,24 @@ def format_bundle(bundle: Bundle) -> str:
     ]
     stages = _stage_table(bundle.metrics.per_rank)
     return "\n\n".join(parts if stages is None else [*parts, stages])
+
+
+def format_sweep_folder(sweep: SweepFolder) -> str:
+    """Say that ``sweep`` is a sweep folder, what to do with it, and list its points."""
+    rows = [(p.id, p.status, str(sweep.path / p.bundle) if p.bundle else p.reason or "")
+            for p in sweep.index.points]
+    return (f"{sweep.describe()}, not a bundle: `charllm-kit bundle show` one of its bundles, "
+            "or give the folder to `compare` or `report`, where it stands for its bundles.\n\n"
+            + tabulate(rows, headers=("point", "status", "bundle (or reason)"),
+                       disable_numparse=True))
+
+
+def show_path(path: Path) -> str:
+    """``bundle show``: the bundle at ``path`` summarized, or what a sweep folder holds.
+
+    Raises:
+        BundleError: ``path`` is neither a readable bundle nor a sweep folder.
+        KitInputError: A sweep folder whose ``sweep.json`` is not a sweep index.
+    """
+    sweep = read_sweep_folder(path)
+    return format_sweep_folder(sweep) if sweep is not None else format_bundle(read_bundle(path))

@@ -1,0 +1,46 @@
+"""What ``compare`` and ``report`` read: bundles, or sweep folders standing for their bundles.
+
+After ``charllm-kit sweep ... --out results``, ``results/`` holds bundles of single runs beside
+sweep folders (``results/<sweep>/``, with ``sweep.json``, one folder per point and the point's
+bundle inside), so ``compare results/*`` names both. A sweep folder stands for the bundles its
+index records, in the index's order; a point without a bundle (skipped, pending, or an error
+before the run) is left out and said in a note.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit.errors import KitInputError
+from kit.sweep.folder import read_sweep_folder
+
+
+@dataclass
+class Inputs:
+    """Bundle paths to read, and notes on what sweep folders left out."""
+
+    bundles: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def expand_inputs(paths: list[str | Path]) -> Inputs:
+    """Replace each sweep folder in ``paths`` by its bundles; other paths stay as given.
+
+    Raises:
+        KitInputError: A sweep folder whose index is unreadable, or one with no bundle yet.
+    """
+    out = Inputs()
+    for p in paths:
+        sweep = read_sweep_folder(p)
+        if sweep is None:
+            out.bundles.append(Path(p))
+            continue
+        if not sweep.bundles:
+            raise KitInputError(f"{sweep.describe()}: none of its points has a bundle yet; "
+                                f"run it (charllm-kit sweep ... --resume) first")
+        out.bundles += sweep.bundles
+        missing = sweep.without_bundle()
+        if missing:
+            used = len(sweep.bundles)
+            out.notes.append(f"sweep folder {sweep.path}: {used} bundle{'s' if used > 1 else ''} "
+                             f"used; no bundle for {', '.join(missing)}")
+    return out

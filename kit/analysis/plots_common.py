@@ -1,0 +1,140 @@
+"""What every figure of the report shares: rendering, colours, the time axis, status marks.
+
+Figures are built with ``matplotlib.figure.Figure`` directly (no pyplot), so drawing never
+touches a global backend or opens a window; :func:`png_bytes` renders one with Agg.
+
+**Time axis.** Seconds from the first step. Warmup steps (the first one compiles and fills
+caches, and can take most of a short run) are shown but compressed: when they would take more
+than a quarter of the axis they get a fifth of it, with a marked boundary, so the measured
+steps fill the rest. Step windows are shaded, warmup orange and measured alternating greys.
+"""
+
+import io
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, MaxNLocator
+
+from kit.analysis.attribution import MEASURED
+from kit.analysis.run_view import RunView, TimeAxis
+from kit.analysis.text import shorten
+
+DPI = 110
+WARMUP_SHARE = 0.2
+"""Share of the time axis that compressed warmup steps take."""
+STATUS_COLOR = "#a00000"
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """Render ``fig`` to PNG with the Agg backend."""
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def colors(n: int) -> list[Any]:
+    """``n`` distinguishable colours (tab10, else spread over viridis)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "viridis"]
+    return [cmap(i if n <= 10 else i / max(n - 1, 1)) for i in range(n)]
+
+
+def warmup_factor(axis: TimeAxis) -> float | None:
+    """How much the warmup part of the axis is squeezed (0..1), or None when it is not."""
+    if axis.measured is None:
+        return None
+    m0 = axis.measured[0]
+    warm, rest = m0 - axis.lo, axis.hi - m0
+    if warm <= 0 or rest <= 0 or warm <= 0.25 * (warm + rest):
+        return None
+    return WARMUP_SHARE / (1 - WARMUP_SHARE) * rest / warm
+
+
+def set_time_axis(ax: Any, axis: TimeAxis) -> None:
+    """Limits, the warmup compression (a piecewise-linear scale) and ticks of a time axis."""
+    k = warmup_factor(axis)
+    ax.set_xlim(axis.lo, axis.hi)
+    if k is None or axis.measured is None:
+        return
+    m0 = axis.measured[0]
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, float)
+        return np.where(x < m0, m0 + (x - m0) * k, x)
+
+    def inverse(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, float)
+        return np.where(x < m0, m0 + (x - m0) / k, x)
+
+    ax.set_xscale("function", functions=(forward, inverse))
+    ax.set_xlim(axis.lo, axis.hi)
+    rest = MaxNLocator(6).tick_values(m0, axis.hi)
+    rest = [t for t in rest if m0 <= t <= axis.hi]
+    step = rest[1] - rest[0] if len(rest) > 1 else axis.hi - m0
+    warm = [t for t in MaxNLocator(3).tick_values(axis.lo, m0)
+            if axis.lo <= t <= m0 - 0.5 * step / k]  # clear of the first measured tick
+    ax.xaxis.set_major_locator(FixedLocator([*warm, *rest]))
+    ax.axvline(m0, color="0.3", lw=0.8, ls=":")
+
+
+def time_label(axis: TimeAxis) -> str:
+    """The time axis label: from what, and how much the warmup part is compressed."""
+    label = ("time from first step (s)" if len(axis.windows.start)
+             else "time from first sample (s)")
+    k = warmup_factor(axis)
+    return label if k is None else f"{label}; left of the dotted line compressed {1 / k:.0f}x"
+
+
+def mark_steps(ax: Any, axis: TimeAxis) -> None:
+    """Shade each step window: warmup orange, measured alternating greys."""
+    measured = warmup = 0
+    for start, end, phase in zip(axis.windows.start - axis.t0, axis.windows.end - axis.t0,
+                                 axis.windows.phase, strict=True):
+        if phase == MEASURED:
+            color = ("0.80", "0.90")[measured % 2]
+            measured += 1
+        else:
+            color = ("#f6c88f", "#fadcb5")[warmup % 2]
+            warmup += 1
+        ax.axvspan(start, end, color=color, alpha=0.6, lw=0, zorder=0)
+
+
+def step_handles(axis: TimeAxis) -> tuple[list[Any], list[str]]:
+    """Legend entries for the step shading (none when no step ran)."""
+    from matplotlib.patches import Patch
+
+    if not len(axis.windows.start):
+        return [], []
+    return ([Patch(color="#f6c88f", alpha=0.6), Patch(color="0.80", alpha=0.6)],
+            ["warmup step", "measured step"])
+
+
+def legend_outside(ax: Any, handles: list[Any], labels: list[str], title: str | None = None,
+                   ncol: int = 1) -> None:
+    """A legend right of the axes, never over the data."""
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+              frameon=False, title=title, title_fontsize=7, ncol=ncol, borderaxespad=0)
+
+
+def status_line(view: RunView) -> str | None:
+    """What a figure of a run that did not end ok says first, or None for an ok run."""
+    m = view.bundle.manifest
+    if m.status == "ok":
+        return None
+    steps = len(view.axis.windows.start) if view.axis else 0
+    ran = (f"{steps} step{'s' if steps != 1 else ''} ran" if steps
+           else "no step ran: the whole record is shown")
+    error = shorten((m.error or "no error recorded").splitlines()[0], 110)
+    return f"{m.status.upper()}: {ran}; {error}"
+
+
+def title(fig: Figure, text: str, view: RunView) -> None:
+    """A figure title: what it shows, the run, its sample period, its status when not ok."""
+    status = status_line(view)
+    lines = [*([status] if status else []), text,
+             f"{view.bundle.path.name} · {view.period_text()}"]
+    fig.suptitle("\n".join(lines), fontsize=9.5, color=STATUS_COLOR if status else "black")

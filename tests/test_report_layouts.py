@@ -1,0 +1,162 @@
+"""`report` and `compare` across parallel layouts and engines, on real CPU runs (report_bundles),
+and the HTML report in a real browser.
+
+The browser check makes two headless Chromium runs on the report as written: ``--dump-dom`` of a
+copy with a probe script added (each figure image's natural size, its place on the page, failed
+loads), then ``--screenshot`` of the report itself, page-tall; each figure's part of the
+screenshot is cut out, written beside it (``screens/<figure id>.png``) and must not be blank.
+Chromium is Debian's ``chromium``; ``./run.sh test`` installs it when it is missing and runs as
+root. (One module: a session fixture imported into a module is made once per importing module.)
+"""
+
+import html
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from PIL import Image
+
+from .conftest import why_failed
+from .report_bundles import layouts_fixture  # noqa: F401 (the session fixture `layouts`)
+
+ACROSS = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
+          "exposed-comm"}
+
+
+def _figures(text: str) -> dict[str, str]:
+    return dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
+
+
+def test_layouts_are_named_by_engine_and_layout_against_a_baseline(cli, layouts, tmp_path):
+    ok = [str(layouts[k]) for k in ("tp2", "pp2", "zero1")]
+    out = tmp_path / "r.html"
+    r = cli("report", *ok, "-o", str(out), "--baseline", layouts["tp2"].name)
+    assert r.returncode == 0, why_failed(r)
+    text = out.read_text()
+    titles = re.findall(r'<h3 id="bundle-\d">\d\. ([^<]+)</h3>', text)
+    assert titles == ["megatron tp2 pp1 dp1", "megatron tp1 pp2 dp1", "deepspeed zero1 dp2"]
+    assert "Baseline: megatron tp2 pp1 dp1; ratios for throughput" in text
+    assert "all configurations: gpt3-tiny cpu-replay-chassis x2 fp32 mb2 gb8" in text
+    table = text.split('<h2 id="comparison">')[1].split("</table>")[0]
+    assert "gpt3-tiny" not in table and "vs baseline" in table
+    assert re.search(r"<td>max temperature \(°C\) *</td>(<td[^>]*>[^<]*</td>)*"
+                     r"<td[^>]*> *[+-]\d+\.\d °C</td>", table)
+    checks = text.split('<h2 id="comparability">')[1].split("</ul>")[0]
+    assert re.search(r"\[engine\] different engines: megatron \(2: [^)]+\); deepspeed \(1: ",
+                     checks)
+    figures = _figures(text)
+    assert {k for k, v in figures.items() if "<img" in v} >= ACROSS | {
+        "kernel-breakdown-1", "kernel-breakdown-2"}
+    assert "no profile in this bundle" in figures["kernel-breakdown-3"]
+
+    result = json.loads(cli("compare", *ok, "--format", "json").stdout)
+    assert [(g["engine"], g["short_label"]) for g in result["groups"]] == [
+        ("megatron", "megatron tp2 pp1 dp1"), ("megatron", "megatron tp1 pp2 dp1"),
+        ("deepspeed", "deepspeed zero1 dp2")]
+    assert result["shared"] == ["gpt3-tiny", "cpu-replay-chassis x2", "fp32", "mb2", "gb8"]
+
+
+def test_a_failed_runs_telemetry_is_drawn_with_its_status(cli, layouts, tmp_path):
+    out = tmp_path / "r.html"
+    r = cli("report", str(layouts["tp2"]), str(layouts["failed"]), "-o", str(out))
+    assert r.returncode == 0, why_failed(r)
+    text = out.read_text()
+    section = text.split('<h3 id="bundle-2">')[1]
+    assert section.startswith("2. ") and "[failed]</h3>" in section.split("\n")[0]
+    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", section))
+    assert facts["steps"] == "0 of 0 warmup and 0 of 2 measured steps ran"
+    samples = int(re.match(r"(\d+) samples per GPU over [\d.]+ s \(1 GPU\), samples every ",
+                           facts["telemetry"]).group(1))
+    assert samples > 10
+    figures = _figures(text)
+    for fig in ("power-timeline-2", "chassis-heatmap-2", "clock-throttle-2"):
+        assert "<img" in figures[fig], fig
+    assert "whole record" in figures["chassis-heatmap-2"]
+
+
+def test_markdown_has_the_html_figures(cli, layouts, tmp_path):
+    paths = [str(p) for p in layouts.values()]
+    r = cli("report", *paths, "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, why_failed(r)
+    html_images = {k for k, v in _figures((tmp_path / "r.html").read_text()).items()
+                   if "<img" in v}
+    r = cli("report", *paths, "-o", str(tmp_path / "r.md"), "--markdown")
+    assert r.returncode == 0, why_failed(r)
+    text = (tmp_path / "r.md").read_text()
+    linked = set(re.findall(r"!\[[^\]]*\]\(r_figures/([^)]+)\.png\)", text))
+    assert linked == html_images == {p.stem for p in (tmp_path / "r_figures").iterdir()}
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WIDTH = 1400
+
+CATCH = """<script>window.__failed = []; window.addEventListener("error", e => {
+  const t = e.target; window.__failed.push(t && (t.src || t.href) ? (t.src || t.href).slice(0, 80)
+                                                                     : String(e.message)); }, true);
+</script>"""
+PROBE = """<script>window.addEventListener("load", () => {
+  const figs = [...document.querySelectorAll("figure img")].map(img => {
+    const r = img.getBoundingClientRect();
+    return {id: img.closest("figure").id, complete: img.complete, natural: [img.naturalWidth,
+            img.naturalHeight], box: [r.left + scrollX, r.top + scrollY, r.width, r.height]};
+  });
+  const loaded = performance.getEntriesByType("resource").map(e => e.name.slice(0, 80))
+    .filter(name => !name.startsWith("data:"));
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify({figs, loaded, failed: window.__failed,
+                                    height: document.documentElement.scrollHeight});
+  document.body.appendChild(out);
+});</script>"""
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium as root in a container: no sandbox, no GPU, no scrollbars."""
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--no-first-run", "--disable-extensions", "--mute-audio", *args],
+        capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not found (Debian package "
+                    "`chromium`; `./run.sh test` installs it when run as root)")
+@pytest.mark.timeout(1800)
+def test_every_figure_of_the_html_report_renders_in_chromium(cli, layouts, tmp_path):
+    report = tmp_path / "report.html"
+    r = cli("report", *(str(p) for p in layouts.values()), "-o", str(report),
+            "--baseline", str(layouts["tp2"]))
+    assert r.returncode == 0, why_failed(r)
+    text = report.read_text()
+    expected = re.findall(r'<figure id="([^"]+)"><img ', text)
+    assert len(expected) >= 15
+
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("<head>", "<head>" + CATCH, 1)
+                     .replace("</body>", PROBE + "</body>", 1))
+    r = chromium(f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
+    found = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
+    assert found, r.stderr[-2000:]
+    result = json.loads(html.unescape(found.group(1)))
+    assert result["failed"] == [] and result["loaded"] == []  # self-contained: nothing fetched
+    figs = {f["id"]: f for f in result["figs"]}
+    assert list(figs) == expected
+    for fig_id, f in figs.items():
+        assert f["complete"] and min(f["natural"]) > 0 and min(f["box"][2:]) > 0, fig_id
+
+    page = tmp_path / "page.png"
+    r = chromium(f"--window-size={WIDTH},{result['height']}", f"--screenshot={page}",
+                 report.as_uri())
+    assert page.is_file(), r.stderr[-2000:]
+    shots = tmp_path / "screens"
+    shots.mkdir()
+    with Image.open(page) as image:
+        assert image.size == (WIDTH, result["height"])
+        for fig_id, f in figs.items():
+            x, y, w, h = (round(v) for v in f["box"])
+            crop = image.crop((x, y, x + w, y + h)).convert("RGB")
+            crop.save(shots / f"{fig_id}.png")
+            colours = crop.getcolors(maxcolors=w * h) or []
+            assert len(colours) > 8, f"{fig_id} rendered blank"  # drawn, not one flat colour
+    assert sorted(p.stem for p in shots.iterdir()) == sorted(expected)
