@@ -172,8 +172,8 @@ def _gpu_rows(c: Comparison, views: dict[str, RunView]) -> list[tuple[str, Any, 
     """Rows of the per-GPU chart: a header per configuration, then one per GPU with stats."""
     rows: list[tuple[str, Any, RunView | None]] = []
     for g in figure_order(c):
-        view = views[g.label]
-        if not view.stats:
+        view = views.get(g.label)  # none for a projection
+        if view is None or not view.stats:
             continue
         scope = "" if view.scope == "measured steps" else f" ({view.scope})"
         rows.append((f"{_name(c, g)}{scope}", None, view))
@@ -243,7 +243,7 @@ def gpu_heatmap(c: Comparison, views: dict[str, RunView]) -> Figure | None:
     """Configurations by GPUs in node order: mean temperature, mean power and link traffic
     (when recorded), each on one colour scale. None without GPU telemetry.
     """
-    groups = [g for g in figure_order(c) if views[g.label].stats]
+    groups = [g for g in figure_order(c) if g.label in views and views[g.label].stats]
     if not groups:
         return None
     from matplotlib import colormaps

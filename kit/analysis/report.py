@@ -144,14 +144,22 @@ def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
     return facts
 
 
+def _projection_section(n: int, group: Group, bundle: Bundle) -> Section:
+    """A projection's section: no figures (it has no telemetry), its layout, inputs, intervals
+    and assumptions."""
+    m = bundle.manifest
+    facts = [("workload", m.workload["name"]), ("platform", m.platform["name"]),
+             ("ranks", str(len(m.ranks))), ("engine and layout", layout_label(m.config)),
+             ("created", m.created_utc)]
+    return Section(f"bundle-{n}", f"{group.short} (projected)", bundle,
+                   facts + projection_facts(bundle.projection), [])
+
+
 def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
     """Figures of bundle ``n``: power and temperature, chassis heatmaps, clock and throttle,
-    kernels (a projection has none: its section states its inputs, intervals and assumptions).
+    kernels.
     """
     bundle = view.bundle
-    if bundle.projection is not None:  # no figures: its inputs, intervals and assumptions
-        return Section(f"bundle-{n}", f"{group.short} (projected)", bundle,
-                       _facts(bundle, view)[2:] + projection_facts(bundle.projection), [])
     where = "" if len(group.bundles) == 1 else (
         f" (run {group.bundles.index(bundle) + 1} of {len(group.bundles)})")
     name = f"{group.short}{where}"
@@ -239,11 +247,12 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
     c = compare_bundles(paths, baseline, allow_unverified=allow_unverified)
-    views = {id(b): run_view(b) for b in c.bundles}
+    views = {id(b): run_view(b) for b in c.bundles if b.projection is None}
     scales = Scales.of(list(views.values()))
-    first = {g.label: views[id(g.bundles[0])] for g in c.groups}
+    first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
     group_of = {id(b): g for g in c.groups for b in g.bundles}
-    sections = [_section(n, group_of[id(b)], views[id(b)], scales)
+    sections = [_projection_section(n, group_of[id(b)], b) if b.projection is not None
+                else _section(n, group_of[id(b)], views[id(b)], scales)
                 for n, b in enumerate(c.bundles, 1)]
     return Report(c, _across(c, first), sections,
                   datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
