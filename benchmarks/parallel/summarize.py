@@ -7,7 +7,8 @@ power and start-up/teardown time, in the form issue 24 asks for.
 ``gpu_idle_frac`` is the idle share of the profiled step's window on the profiled rank (the kit's
 own breakdown, ``profile/rank<N>.breakdown.json``); the profiler slows an eager step's host side,
 so ``gpu_idle_frac_unprofiled`` puts the same step's GPU busy time against the unprofiled median
-step instead (``1 - busy / step``). ``--refs`` merges reference figures (plain PyTorch DDP,
+step instead (``1 - busy / step``). Both are null where the profiled window holds less than half
+the step (the trace missed the step's kernels). ``--refs`` merges reference figures (plain PyTorch DDP,
 tensor parallel) measured in the same call: a JSON object mapping a point name to
 ``{"ref_name": ..., "ref_step_s": ...}``; a point's name is its workload and layout, e.g.
 ``"gpt3-1.3b tp2 pp1 dp2 cp1 ep1 sp"``.
@@ -55,6 +56,10 @@ def idle_fractions(bundle: Path, step_s: float | None) -> tuple[float | None, fl
     step = data["steps"][0]
     idle = sum(c["time_s"] for c in step["categories"] if c["kind"] == "idle")
     window = step["window_s"]
+    if window < 0.5 * step["wall_s"]:
+        # the trace's step annotation missed the step's kernels (seen with the replayed CUDA
+        # graph of tensor-parallel ranks): no idle share can be read from it
+        return None, None
     busy = window - idle
     unprofiled = data.get("unprofiled_step_time_s") or step_s
     est = max(0.0, 1 - busy / unprofiled) if unprofiled else None
