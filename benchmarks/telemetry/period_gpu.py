@@ -50,7 +50,8 @@ FAST_FIELD = {"gpu": "power_w", "host": "cpu_util_pct"}
 """The field whose period stands for the fast ones: instantaneous power on a GPU node."""
 
 BUDGET_S = 420.0
-"""Time after which no further pair of runs starts: the call has 8 minutes."""
+"""This script's share of the call's 8 minutes: the second pair of runs starts only while
+under half of it is used."""
 
 RUN_TIMEOUT_S = 240.0
 """A run that takes longer is stopped and counts as failed (one takes about a minute)."""
@@ -97,7 +98,8 @@ def run(cmd: list[str], out: Path) -> Path:
         done = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
-        say(f"run did not end within {RUN_TIMEOUT_S:g} s: {str(e.stderr or '')[-2000:]}")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        say(f"run did not end within {RUN_TIMEOUT_S:g} s: {(err or '')[-2000:]}")
         sys.exit(1)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:

@@ -265,8 +265,10 @@ def read_sampler_report(chunks_dir: Path) -> SamplerReport | None:
 
 
 def sampler_record(node: int, report: SamplerReport) -> dict[str, Any]:
-    """What one node's sampler cost and did, for ``metrics.json`` ``samplers``."""
-    return {"node": node, "cpu_s": report.cpu_s, "wall_s": report.wall_s,
+    """What one node's sampler cost and did, for ``metrics.json`` ``samplers``; from a sampler
+    that was killed, what its report said after its first tick (``complete`` False)."""
+    return {"node": node, "complete": report.complete, "cpu_s": report.cpu_s,
+            "wall_s": report.wall_s,
             "ticks": report.ticks, "missed_ticks": report.missed_ticks,
             "mean_period_ms": report.mean_period_ms, "rows_written": report.rows_written}
 

@@ -345,10 +345,11 @@ class MetricsFile(BaseModel):
     samplers: list[dict[str, Any]] = Field(
         default_factory=list,
         description="One dict per node's telemetry sampler (kit.bundle.assemble.sampler_record):"
-        " node, cpu_s (CPU time of the sampler process, user + system over all its threads, "
-        "seconds: its cost to the node), wall_s, ticks, missed_ticks, mean_period_ms (between "
-        "ticks), rows_written; empty without telemetry, and in bundles written before the kit "
-        "recorded it.",
+        " node, complete (false: the sampler was killed, and the rest is what it reported after "
+        "its first tick), cpu_s (CPU time of the sampler process, user + system over all its "
+        "threads, seconds: its cost to the node), wall_s, ticks, missed_ticks, mean_period_ms "
+        "(between ticks), rows_written; empty without telemetry, and in bundles written before "
+        "the kit recorded it.",
     )
 
     @field_validator("summary")
