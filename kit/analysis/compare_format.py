@@ -18,6 +18,7 @@ from tabulate import tabulate
 from kit.analysis.comparability import Check
 from kit.analysis.compare import METRICS, Aggregate, Comparison, Group
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
+from kit.analysis.stragglers import straggler_line
 
 Format = Literal["table", "markdown", "csv", "json"]
 NA = "n/a"
@@ -101,8 +102,11 @@ def _text(c: Comparison, markdown: bool) -> str:
     grid = metric_grid(c, "<br>", "github") if markdown else metric_grid(c, "\n", "simple")
     heading = "**{}**" if markdown else "{}:"
     extra = side_by_side_text(c.bundles, "github" if markdown else "simple")
+    slow = [f"{bullet}{b.path.name}: {straggler_line(b.metrics.stragglers)}"
+            for b in c.bundles if b.metrics.stragglers]
     return "\n\n".join([title, grid, heading.format("groups") + "\n" + "\n".join(groups),
                         heading.format("comparability") + "\n" + "\n".join(checks),
+                        *([heading.format("stragglers") + "\n" + "\n".join(slow)] if slow else []),
                         *([extra] if extra else [])]) + "\n"
 
 
@@ -130,6 +134,7 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "metrics": [vars(row) for row in METRICS],
         "groups": groups,
         "checks": [vars(check) for check in c.checks],
+        "stragglers": {b.path.name: b.metrics.stragglers for b in c.bundles},
         **side_by_side_dict(c.bundles),
     }
 

@@ -28,6 +28,7 @@ from kit.analysis.compare import Comparison, compare_bundles, layout_label
 from kit.analysis.compare_format import check_lines, metric_grid
 from kit.analysis.kernels import kernel_times
 from kit.analysis.side_by_side import fabric_curves, profile_shares
+from kit.analysis.stragglers import straggler_line
 from kit.bundle.reader import Bundle
 
 
@@ -83,6 +84,7 @@ def _facts(bundle: Bundle) -> list[tuple[str, str]]:
              ("ranks", str(len(m.ranks))),
              ("layout", layout_label(m.config)),
              ("dtype", m.config["dtype"]),
+             ("stragglers", straggler_line(bundle.metrics.stragglers)),
              ("created", m.created_utc)]
     scaling = m.workload.get("scaling")
     if scaling:

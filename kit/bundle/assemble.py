@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 import kit
 from kit.analysis.metrics import summarize
+from kit.analysis.stragglers import RankStep, straggler_summary
 from kit.bundle.schema import (
     STEPS_SCHEMA,
     FieldSource,
@@ -317,9 +318,12 @@ def assemble_bundle(
         nodes = [NodeData(node_inventory(device_facts(report, replay=False)),
                           staging.chunks_dir, report)]
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-    steps = steps_table(
-        [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)],
-        lambda rank: nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s)
+    streamed = [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)]
+
+    def offset_s(rank: int) -> float:
+        return nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s
+
+    steps = steps_table(streamed, offset_s)
     telemetry = node_telemetry(nodes)
     facts = [{"node": i, **d} for i, n in enumerate(nodes)
              for d in device_facts(n.report, replay=True)]
@@ -338,6 +342,11 @@ def assemble_bundle(
                   for r in results if r],
         per_device=per_device,
         power=power,
+        stragglers=straggler_summary(
+            [RankStep(res.rank, res.placement.get("pp_rank", 0), s.step,
+                      s.t_start + offset_s(res.rank), s.t_end + offset_s(res.rank), s.phases)
+             for res in streamed if res for s in res.steps if s.phase == "measured"],
+            telemetry, cfg.ranks_per_node),
         notes=notes,
     )
     manifest = Manifest(

@@ -323,6 +323,16 @@ class MetricsFile(BaseModel):
         "energy_j and its source, energy_j_per_step, peak_to_mean (worst device), excursions "
         "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason.",
     )
+    stragglers: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per step each rank's compute time and its wait for the slowest rank of its "
+        "pipeline stage, summarized (kit.analysis.stragglers, docs/metrics.md): the rank that "
+        "held its stage up longest (slowest_rank, stage, ranks_compared), how often "
+        "(slowest_frac, 0..1), by how much (lag_s_median, lag_s_p90 seconds; lag_frac_median "
+        "of the other ranks' median compute), its GPU's temp_gpu_c and clock_sm_mhz over those "
+        "steps beside the stage's other devices (others_*), per_rank figures, and reason "
+        "when not measured (every figure null). Empty in bundles written before the kit "
+        "measured stragglers.")
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
     )

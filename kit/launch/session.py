@@ -26,6 +26,7 @@ from kit.launch.rankfile import (
     write_launcher_record,
 )
 from kit.launch.signals import SignalCounter
+from kit.launch.watchdog import StallWatchdog, stall_end, stall_watchdog
 from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
@@ -76,8 +77,11 @@ def sample_and_launch(
     node: int,
     launch: Callable[[Callable[[], None]], LaunchOutcome],
     watcher: ProgressWatcher | None,
+    watchdog: StallWatchdog | None = None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
     """Start this node's sampler, run ``launch(on_poll)``, stop the sampler; never raises.
+
+    ``on_poll`` updates the progress display and polls the stall watchdog.
 
     Returns:
         How the ranks ended, the sampler's report, telemetry notes, and the launcher's own
@@ -100,7 +104,13 @@ def sample_and_launch(
                 who = "sampler" if node == 0 else f"node {node}'s sampler"
                 notes.append(f"telemetry: {who} did not start: {e}")
                 sampler = None
-        outcome = launch(watcher.poll if watcher is not None else lambda: None)
+        polls = [p.poll for p in (watcher, watchdog) if p is not None]
+
+        def on_poll() -> None:
+            for poll in polls:
+                poll()
+
+        outcome = launch(on_poll)
     except Exception as e:  # the launcher itself broke: still publish a bundle saying so
         launch_error = f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     finally:
@@ -140,10 +150,12 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
                 cfg, staging.path, staging.logs_dir, interrupts,
                 on_started=lambda pids: write_launcher_record(staging.path, command, pids),
                 on_poll=on_poll, worker=worker),
-            progress_watcher(cfg, staging.path))
+            progress_watcher(cfg, staging.path),
+            stall_watchdog(cfg, staging.path, 0, worker, interrupts))
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-        end = run_end(outcome, results, staging.logs_dir,
-                      interrupts.describe() if interrupts.count else None)
+        end = stall_end(run_end(outcome, results, staging.logs_dir,
+                                interrupts.describe() if interrupts.count else None),
+                        staging.logs_dir)
         if launch_error:
             end = RunEnd("failed", launch_error, end.exits)
         end.notes += notes
