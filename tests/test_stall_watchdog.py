@@ -114,17 +114,21 @@ def test_the_limit_follows_the_median_step_after_a_start_up_allowance():
 
 def test_blame_goes_to_the_rank_behind_then_to_the_stopped_one():
     """A rank a step behind is named first; when every rank stopped after the same step, the
-    one whose process is stopped (or that gave no stack, or that the flight recorders show
-    outside a collective the others wait in); else the error says none stands out."""
-    blamed, text = stall_verdict([7, 6, 7, 7], {}, {}, {})
+    one whose process is stopped (or that gave no stack or no flight recorder), then one the
+    flight recorders show outside a collective the others wait in; else the error says none
+    stands out."""
+    blamed, text = stall_verdict([7, 6, 7, 7], {}, {}, set(), {})
     assert blamed == [1] and text.startswith("rank 1 stopped advancing after step 6")
     assert "ranks 0, 2, 3 waited after step 7" in text
-    blamed, text = stall_verdict([7, 7], {0: "sleeping", 1: "stopped"}, {0: True, 1: False}, {})
+    blamed, text = stall_verdict([7, 7], {0: "sleeping", 1: "stopped"}, {0: True, 1: False},
+                                 set(), {})
     assert blamed == [1] and "state T" in text and "rank 0 waited after step 7" in text
-    blamed, text = stall_verdict([7, 7], {}, {}, {0: "in no collective while ..."})
+    blamed, text = stall_verdict([7, 7, 7], {}, {}, {2}, {})  # rank 2 on another node
+    assert blamed == [2] and "wrote no flight recorder" in text
+    blamed, text = stall_verdict([7, 7], {}, {}, set(), {0: "in no collective while ..."})
     assert blamed == [0] and "flight recorder: in no collective" in text
     blamed, text = stall_verdict([-1, -1], {0: "sleeping", 1: "sleeping"},
-                                 {0: True, 1: True}, {})
+                                 {0: True, 1: True}, set(), {})
     assert blamed == [] and "before finishing any step and none stands out" in text
 
 
@@ -132,3 +136,42 @@ def test_a_negative_stall_timeout_is_bad_input(cli):
     r = cli("run", "gpt3-tiny", "--dp", "2", "--stall-timeout-s", "-1", "--dry-run")
     assert r.returncode == 2 and r.stderr.startswith("error:") and "stall_timeout_s" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(600)
+def test_a_sigstopped_rank_on_node_1_ends_a_two_node_run_naming_it(tmp_path):
+    """Two node agents (torchrun launcher, 2 ranks each): every agent watches all ranks' step
+    records; the first to trip claims the record, the other follows, and node 0 publishes the
+    stall as the run's headline, blaming rank 3 on node 1."""
+    from tests.test_multinode_torchrun import finish, free_port, start_node
+
+    port = free_port()
+    extra = ("--stall-timeout-s", str(STALL_S))
+    nodes = [start_node(0, tmp_path, port, *extra, steps=500),
+             start_node(1, tmp_path, port, *extra, steps=500)]
+    pid = None
+    try:
+        wait_for_steps(tmp_path, 3)
+        pid = rank_pid(nodes[1].pid, 3)
+        assert pid is not None, "rank 3 not found"
+        os.kill(pid, signal.SIGSTOP)
+        (rc0, out0, err0), (rc1, _, err1) = finish(nodes, timeout=STALL_S + BOUND_S + 240)
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert rc0 == 1 and rc1 == 1, err0 + err1
+    bundle = bundle_path(out0)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert "rank 3 stopped advancing after step" in manifest["error"], manifest["error"]
+    record = json.loads((bundle / "logs" / "stall-watchdog.json").read_text())
+    assert record["blamed"] == [3] and record["stalled_s"] >= STALL_S
+    for rank in (0, 1, 2):
+        log = (bundle / "logs" / f"rank{rank}.log").read_text()
+        assert "(most recent call first)" in log, f"rank {rank}: no stack dump"

@@ -26,7 +26,8 @@ everything streamed; :func:`stall_end` makes the verdict the bundle's headline e
 
 Blame, in this order: the ranks whose last finished step is behind the others'; when every
 rank stopped after the same step (a step's collectives hold the ranks together), those whose
-process is stopped or in uninterruptible sleep or that did not answer the stack signal; else
+process is stopped or in uninterruptible sleep, that did not answer the stack signal (ranks of
+the tripping node) or wrote no flight recorder while others did (ranks of any node); else
 those whose flight recorder shows them in no collective while other ranks wait in theirs.
 Where none stands out the error says so; the per-rank evidence is in the record and the notes.
 """
@@ -47,7 +48,7 @@ from kit.bundle.assemble import RunEnd
 from kit.fabric.spec import FabricSpec
 from kit.launch.rankfile import steps_log_path, write_json_atomic
 from kit.launch.signals import SignalCounter
-from kit.launch.stall_dumps import LOGS_DIR, STALL_RECORD
+from kit.launch.stall_dumps import LOGS_DIR, STALL_RECORD, flight_recorder_path
 from kit.launch.stall_evidence import (
     STOPPED_STATES,
     Collective,
@@ -181,8 +182,9 @@ def _after(step: int) -> str:
     return "before finishing any step" if step < 0 else f"after step {step}"
 
 
-def _process_clues(rank: int, states: dict[int, str], stacked: dict[int, bool]) -> list[str]:
-    """What this node saw of ``rank``'s process that singles it out, as short phrases."""
+def _unresponsive(rank: int, states: dict[int, str], stacked: dict[int, bool],
+                  unrecorded: set[int]) -> list[str]:
+    """What singles ``rank``'s process out (its state and the dumps it did not write)."""
     out = []
     state = states.get(rank)
     if state in STOPPED_STATES:
@@ -191,29 +193,33 @@ def _process_clues(rank: int, states: dict[int, str], stacked: dict[int, bool]) 
         out.append("its process was in uninterruptible sleep (state D)")
     if rank in stacked and not stacked[rank]:
         out.append("it wrote no stack when asked")
+    if rank in unrecorded:
+        out.append("it wrote no flight recorder when asked")
     return out
 
 
 def stall_verdict(last_step: list[int], states: dict[int, str], stacked: dict[int, bool],
-                  idle: dict[int, str]) -> tuple[list[int], str]:
+                  unrecorded: set[int], idle: dict[int, str]) -> tuple[list[int], str]:
     """The blamed ranks and the sentence that names them (module docstring, Blame).
 
     Args:
         last_step: Every rank's last finished step (-1: none).
         states: psutil status of this node's ranks before they were signalled.
         stacked: Per rank of this node, whether it wrote its stack when asked.
+        unrecorded: Ranks, on any node, that wrote no flight recorder while others did.
         idle: Ranks in no collective while others wait (kit.launch.stall_evidence.not_waiting).
     """
     top = max(last_step)
     ranks = range(len(last_step))
     blamed = ([r for r in ranks if last_step[r] < top]
-              or [r for r in ranks if _process_clues(r, states, stacked)] or sorted(idle))
+              or [r for r in ranks if _unresponsive(r, states, stacked, unrecorded)]
+              or sorted(idle))
     if not blamed:
         return [], (f"every rank stopped {_after(top)} and none stands out (each answered, "
                     "none stopped, none outside a collective the others wait in)")
     parts = []
     for rank in blamed:
-        clues = _process_clues(rank, states, stacked) + (
+        clues = _unresponsive(rank, states, stacked, unrecorded) + (
             [f"flight recorder: {idle[rank]}"] if rank in idle else [])
         parts.append(f"rank {rank} stopped advancing {_after(last_step[rank])}"
                      + (f" ({'; '.join(clues)})" if clues else ""))
@@ -318,7 +324,11 @@ class StallWatchdog:
             return
         collectives = {r: c for r in range(len(last))
                        if (c := last_collectives(self._logs, r)) is not None}
-        blamed, who = stall_verdict(last, states, stacked, not_waiting(collectives))
+        unrecorded = {r for r in range(len(last))
+                      if not flight_recorder_path(self._logs, r).is_file()}
+        if len(unrecorded) == len(last):  # no rank could: not a clue
+            unrecorded = set()
+        blamed, who = stall_verdict(last, states, stacked, unrecorded, not_waiting(collectives))
         where = "Python stacks in logs/rank<N>.log" + (
             ", flight recorders in logs/rank<N>.flight-recorder.json" if collectives else "") + (
             ", py-spy dumps in logs/rank<N>.py-spy.txt" if spied else "")
