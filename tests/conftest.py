@@ -152,11 +152,13 @@ def duty_cycle(pid: int, stop_s: float, run_s: float, until: Callable[[], bool])
 @pytest.fixture(scope="session")
 def slowed_rank_run(tmp_path_factory) -> subprocess.CompletedProcess:
     """A DP 2 gpt3-tiny run (16 measured steps, --stall-timeout-s 20) whose rank 1 is slowed
-    from its third step on: stopped 0.7 s of every second. How its launcher ended."""
+    from its third step on: stopped 0.7 s of every second. Its sampler replays the recorded
+    one-GPU H100 trace (device 0 only: rank 0's device). How its launcher ended."""
     out = tmp_path_factory.mktemp("slowed-rank")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--dp", "2", "--steps", "16",
-         "--warmup", "1", "--stall-timeout-s", "20", "--out", str(out)],
+         "--warmup", "1", "--stall-timeout-s", "20", "--out", str(out),
+         "--platform", str(REPO / "tests/data/platforms/cpu-replay-h100.yaml")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         wait_for_steps(out, 2)

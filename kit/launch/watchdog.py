@@ -188,9 +188,9 @@ def _unresponsive(rank: int, states: dict[int, str], stacked: dict[int, bool],
     out = []
     state = states.get(rank)
     if state in STOPPED_STATES:
-        out.append(f"its process was stopped (state {'T' if state == 'stopped' else 't'})")
+        out.append(f"its process was stopped, state {'T' if state == 'stopped' else 't'}")
     elif state == psutil.STATUS_DISK_SLEEP:
-        out.append("its process was in uninterruptible sleep (state D)")
+        out.append("its process was in uninterruptible sleep, state D")
     if rank in stacked and not stacked[rank]:
         out.append("it wrote no stack when asked")
     if rank in unrecorded:
@@ -304,9 +304,10 @@ class StallWatchdog:
         trip = {"node": self._node, "t": time.time(), "stalled_s": stalled_s,
                 "limit_s": limit_s, "limit": limit, "last_step": last}
         claimed = self._claim({"state": "dumping", **trip})
-        print(f"stall watchdog: no rank finished a step for {stalled_s:.0f} s (limit "
-              f"{limit_s:g} s: {limit}); dumping stacks, then ending the run",
-              file=sys.stderr, flush=True)
+        why = (f"no rank finished a step for {stalled_s:.0f} s (limit {limit_s:g} s: {limit})"
+               if claimed else "another node's watchdog tripped")
+        print(f"stall watchdog: {why}; dumping stacks, then ending the run", file=sys.stderr,
+              flush=True)
         states = process_states(self._procs)
         sizes = request_stacks(self._procs, self._logs)
         running = [r for r in self._procs if states[r] not in STOPPED_STATES]
