@@ -170,6 +170,8 @@ def straggler_summary(steps: list[RankStep], telemetry: pa.Table,
             rank, the device index the ranks use).
         ranks_per_node: Ranks each node ran.
     """
+    if not steps:
+        return _unmeasured("no measured steps")
     if not any(s.phases is not None for s in steps):
         return _unmeasured("no per-phase step timers (deepspeed engine, --no-phase-timers or "
                            "CUDA-graph steps): a rank's compute and its waiting cannot be told "
