@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -127,3 +129,44 @@ def rank_pid(launcher_pid: int, rank: int) -> int | None:
         if ppid == launcher_pid and f"RANK={rank}".encode() in env:
             return int(pid)
     return None
+
+
+def duty_cycle(pid: int, stop_s: float, run_s: float, until: Callable[[], bool]) -> None:
+    """Slow process ``pid`` down without stopping it for good: SIGSTOP for ``stop_s``, SIGCONT
+    for ``run_s``, over and over until ``until()`` or the process is gone; it ends continued."""
+    try:
+        while not until():
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stop_s)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(run_s)
+    except ProcessLookupError:
+        return
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def slowed_rank_run(tmp_path_factory) -> subprocess.CompletedProcess:
+    """A DP 2 gpt3-tiny run (16 measured steps, --stall-timeout-s 20) whose rank 1 is slowed
+    from its third step on: stopped 0.7 s of every second. Its sampler replays the recorded
+    one-GPU H100 trace (device 0 only: rank 0's device). How its launcher ended."""
+    out = tmp_path_factory.mktemp("slowed-rank")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--dp", "2", "--steps", "16",
+         "--warmup", "1", "--stall-timeout-s", "20", "--out", str(out),
+         "--platform", str(REPO / "tests/data/platforms/cpu-replay-h100.yaml")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        wait_for_steps(out, 2)
+        pid = rank_pid(proc.pid, 1)
+        assert pid is not None, "rank 1 not found"
+        duty_cycle(pid, 0.7, 0.3, lambda: proc.poll() is not None)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

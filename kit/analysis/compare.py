@@ -41,7 +41,8 @@ class MetricRow:
     """One canonical metric: where it lives in ``metrics.json`` and how to show it."""
 
     key: str
-    """Stable name: a summary key, or ``power.<key>`` / ``throttle_frac_by_reason.<reason>``."""
+    """Stable name: a summary key, or ``power.<key>`` / ``throttle_frac_by_reason.<reason>`` /
+    ``stragglers.<key>`` (kit.analysis.stragglers: the rank that held its stage up longest)."""
     label: str
     unit: str
     """Unit of the value; ``fraction`` is 0..1 (tables show it as a percentage)."""
@@ -65,6 +66,9 @@ METRICS: tuple[MetricRow, ...] = (
     *(MetricRow(f"throttle_frac_by_reason.{r}", f"throttled, {r}", "fraction", "difference")
       for r in THROTTLE_BITS),
     MetricRow("mem_peak_gib", "peak memory", "GiB"),
+    MetricRow("stragglers.slowest_frac", "slowest rank: share of steps", "fraction"),
+    MetricRow("stragglers.lag_s_median", "median straggler lag", "s"),
+    MetricRow("stragglers.lag_frac_median", "straggler lag / others' compute", "fraction"),
 )
 """The rows of every comparison, in order."""
 
@@ -77,6 +81,8 @@ def metric_value(bundle: Bundle, key: str) -> float | None:
     elif key.startswith("throttle_frac_by_reason."):
         by_reason = metrics.power.get("throttle_frac_by_reason") or {}
         value = by_reason.get(key.split(".", 1)[1])
+    elif key.startswith("stragglers."):
+        value = metrics.stragglers.get(key.removeprefix("stragglers."))
     else:
         value = metrics.summary.get(key)
     return float(value) if isinstance(value, int | float) else None

@@ -23,6 +23,7 @@ from kit.analysis.comparability import Check
 from kit.analysis.compare import METRICS, Aggregate, Comparison, Group, MetricRow
 from kit.analysis.labels import layout_label, shared_phrase
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
+from kit.analysis.stragglers import straggler_line
 
 Format = Literal["table", "markdown", "csv", "json"]
 NA = "n/a"
@@ -202,9 +203,12 @@ def _text(c: Comparison, markdown: bool) -> str:
     notes = "\n".join(table_notes(c))
     heading = "**{}**" if markdown else "{}:"
     extra = side_by_side_text(c.bundles, "github" if markdown else "simple")
+    slow = [f"{bullet}{b.path.name}: {straggler_line(b.metrics.stragglers)}"
+            for b in c.bundles if b.metrics.stragglers]
     return "\n\n".join([title, grid, *([notes] if notes else []),
                         heading.format("groups") + "\n" + "\n".join(groups),
                         heading.format("comparability") + "\n" + "\n".join(checks),
+                        *([heading.format("stragglers") + "\n" + "\n".join(slow)] if slow else []),
                         *([extra] if extra else [])]) + "\n"
 
 
@@ -244,6 +248,7 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "metrics": [vars(row) for row in METRICS],
         "groups": groups,
         "checks": [vars(check) for check in c.checks],
+        "stragglers": {b.path.name: b.metrics.stragglers for b in c.bundles},
         **side_by_side_dict(c.bundles),
     }
 

@@ -35,6 +35,7 @@ from kit.analysis.labels import layout_label, shared_phrase
 from kit.analysis.plots_common import png_bytes
 from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
+from kit.analysis.stragglers import straggler_line
 from kit.bundle.reader import Bundle
 from kit.project.file import projection_facts
 
@@ -136,6 +137,7 @@ def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
              ("engine and layout", layout_label(m.config)),
              ("dtype", m.config["dtype"]),
              ("telemetry", _telemetry_fact(view)),
+             ("stragglers", straggler_line(bundle.metrics.stragglers)),
              ("created", m.created_utc)]
     scaling = m.workload.get("scaling")
     if scaling:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import kit
 from kit import lifecycle
 from kit.analysis.metrics import summarize
+from kit.analysis.stragglers import RankStep, straggler_summary
 from kit.bundle.schema import (
     STEPS_SCHEMA,
     FieldSource,
@@ -333,9 +334,12 @@ def assemble_bundle(
         inventory = node_inventory(device_facts(report, replay=False), cfg.devices_per_node)
         nodes = [NodeData(inventory, staging.chunks_dir, report)]
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-    steps = steps_table(
-        [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)],
-        lambda rank: nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s)
+    streamed = [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)]
+
+    def offset_s(rank: int) -> float:
+        return nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s
+
+    steps = steps_table(streamed, offset_s)
     telemetry = node_telemetry(nodes)
     facts = [{"node": i, **d} for i, n in enumerate(nodes)
              for d in device_facts(n.report, replay=True)]
@@ -357,6 +361,11 @@ def assemble_bundle(
         lifecycle=lifecycle.summarize(
             launcher_marks or {}, [r.timeline for r in results if r],
             min((s.t_start for r in results if r for s in r.steps if s.step == 0), default=None)),
+        stragglers=straggler_summary(
+            [RankStep(res.rank, res.placement.get("pp_rank", 0), s.step,
+                      s.t_start + offset_s(res.rank), s.t_end + offset_s(res.rank), s.phases)
+             for res in streamed if res for s in res.steps if s.phase == "measured"],
+            telemetry, cfg.ranks_per_node),
         notes=notes,
         samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )

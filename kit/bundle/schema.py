@@ -339,6 +339,16 @@ class MetricsFile(BaseModel):
         "engine_imports, process_groups, model_build, first_step; rank_exit, ranks_reaped, "
         "sampler_stop, bundle_start; ranks' phases at the slowest rank). Empty for a recovered "
         "run.")
+    stragglers: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per step each rank's compute time and its wait for the slowest rank of its "
+        "pipeline stage, summarized (kit.analysis.stragglers, docs/metrics.md): the rank that "
+        "held its stage up longest (slowest_rank, stage, ranks_compared), how often "
+        "(slowest_frac, 0..1), by how much (lag_s_median, lag_s_p90 seconds; lag_frac_median "
+        "of the other ranks' median compute), its GPU's temp_gpu_c and clock_sm_mhz over those "
+        "steps beside the stage's other devices (others_*), per_rank figures, and reason "
+        "when not measured (every figure null). Empty in bundles written before the kit "
+        "measured stragglers.")
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
     )

@@ -48,6 +48,7 @@ from kit.launch.session import (
     warm_imports,
 )
 from kit.launch.signals import SignalCounter
+from kit.launch.watchdog import stall_end, stall_watchdog
 from kit.spec.run import RunConfig
 from kit.telemetry.sampler import SamplerReport
 
@@ -177,7 +178,8 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
                 cfg, chunks, role.node,
                 lambda on_poll: launch_elastic(cfg, staging.path, staging.logs_dir, role,
                                                interrupts, on_poll, worker),
-                progress_watcher(cfg, staging.path) if role.node == 0 else None)
+                progress_watcher(cfg, staging.path) if role.node == 0 else None,
+                stall_watchdog(cfg, staging.path, role.node, worker, interrupts))
             facts = report.devices if report else {}
             gpus = next((d for name, d in facts.items() if d and name != "replay"), None)
             record.inventory = node_inventory(gpus, per_node).model_dump(mode="json")
@@ -247,8 +249,9 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
         if rec.error:
             notes.append(f"node {k}: {rec.error}")
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-    end = run_end(outcome, results, staging.logs_dir, interrupted_by,
-                  where=lambda r: where(r // cfg.ranks_per_node, nodes))
+    end = stall_end(run_end(outcome, results, staging.logs_dir, interrupted_by,
+                            where=lambda r: where(r // cfg.ranks_per_node, nodes)),
+                    staging.logs_dir)
     if dead and end.status != "interrupted":
         end = RunEnd("failed", _dead_agent(dead[0], results, nodes), end.exits)
     elif end.status == "ok" and any(rec and rec.error for rec in records):

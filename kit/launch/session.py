@@ -33,6 +33,7 @@ from kit.launch.rankfile import (
     write_launcher_record,
 )
 from kit.launch.signals import SignalCounter
+from kit.launch.watchdog import StallWatchdog, stall_end, stall_watchdog
 from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
@@ -85,11 +86,13 @@ def sample_and_launch(
     node: int,
     launch: Callable[[Callable[[], None]], LaunchOutcome],
     watcher: ProgressWatcher | None,
+    watchdog: StallWatchdog | None = None,
     marks: Marks | None = None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
     """Start this node's sampler, run ``launch(on_poll)``, stop the sampler; never raises.
 
-    ``marks`` gets the launcher's ``sampler_started``, ``ranks_ended`` and ``sampler_stopped``.
+    ``on_poll`` updates the progress display and polls the stall watchdog. ``marks`` gets the
+    launcher's ``sampler_started``, ``ranks_ended`` and ``sampler_stopped``.
 
     Returns:
         How the ranks ended, the sampler's report, telemetry notes, and the launcher's own
@@ -114,7 +117,13 @@ def sample_and_launch(
                 sampler = None
         if marks is not None:
             marks.mark("sampler_started")
-        outcome = launch(watcher.poll if watcher is not None else lambda: None)
+        polls = [p.poll for p in (watcher, watchdog) if p is not None]
+
+        def on_poll() -> None:
+            for poll in polls:
+                poll()
+
+        outcome = launch(on_poll)
     except Exception as e:  # the launcher itself broke: still publish a bundle saying so
         launch_error = f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     finally:
@@ -183,10 +192,12 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
             lambda on_poll: launch_local(
                 cfg, staging.path, staging.logs_dir, interrupts,
                 on_started=started, on_poll=on_poll, worker=worker),
-            progress_watcher(cfg, staging.path), marks)
+            progress_watcher(cfg, staging.path),
+            stall_watchdog(cfg, staging.path, 0, worker, interrupts), marks)
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
-        end = run_end(outcome, results, staging.logs_dir,
-                      interrupts.describe() if interrupts.count else None)
+        end = stall_end(run_end(outcome, results, staging.logs_dir,
+                                interrupts.describe() if interrupts.count else None),
+                        staging.logs_dir)
         if launch_error:
             end = RunEnd("failed", launch_error, end.exits)
         end.notes += notes

@@ -35,6 +35,7 @@ from kit.launch.rankfile import (
     read_config,
     write_rank_result,
 )
+from kit.launch.stall_dumps import arm_stall_dumps
 from kit.spec.run import RunConfig
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.zeus import ZeusStepEnergy
@@ -149,6 +150,7 @@ def run_rank(staging: Path) -> int:
     node = int(os.environ.get("GROUP_RANK", "0"))
     result = RankResult(rank=rank, local_rank=local_rank, node=node)
     flag = _StopFlag(int(os.environ.get(LAUNCHER_PID_ENV, os.getppid())))
+    arm_stall_dumps(staging, rank)  # before any process group: the flight recorder's size
     engine = None
     profiler: RankProfiler | None = None
     steps_log = open_steps_log(staging, rank)

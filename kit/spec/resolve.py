@@ -111,6 +111,10 @@ class RunRequest(BaseModel):
     phase_timers: bool = Field(
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "
         "sync and optimizer (off: measure the step without the timers' synchronizations).")
+    stall_timeout_s: float | None = Field(
+        None, ge=0, description="End the run as failed, naming the ranks that stopped, when no "
+        "rank finishes a step for this many seconds (after each rank's first step; before it "
+        "900 s, or this when larger). Default: 20 x the median step, at least 120 s; 0 = off.")
 
 
 def apply_scaling(
@@ -258,6 +262,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         speed=None if req.speed is None else [f for f in req.speed.split(",")
                                               if f.strip() and f.strip() != "none"],
         phase_timers=req.phase_timers,
+        stall_timeout_s=req.stall_timeout_s,
     )
     from kit.engines import engine_spec, foreign_options
 

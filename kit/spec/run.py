@@ -109,6 +109,10 @@ class RunConfig(BaseModel):
     speed: list[str] | None = Field(
         None, description="The engine's GPU speed features; null = the platform's default set.")
     phase_timers: bool = Field(True, description="megatron: per-phase step timers on.")
+    stall_timeout_s: float | None = Field(
+        None, ge=0, description="Seconds without any rank finishing a step before the stall "
+        "watchdog ends the run (kit.launch.watchdog); null = max(20 x median step, 120 s), "
+        "0 = off.")
 
     @property
     def world_size(self) -> int:
