@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kit.cli_group import ImpliedRunGroup
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
@@ -26,17 +27,18 @@ from kit.spec.resolve import RunRequest
 if TYPE_CHECKING:
     from kit.sweep.spec import SweepSpec
 
-POSITIVE = click.IntRange(min=1)
-
 ALLOW_UNVERIFIED = click.option(
     "--allow-unverified", is_flag=True,
     help="Use a bundle that fails verification, marked as unverified, instead of refusing it.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ImpliedRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="charllm-kit")
 def cli() -> None:
-    """Characterize distributed LLM training: performance, power and thermals."""
+    """Characterize distributed LLM training: performance, power and thermals.
+
+    A workload given first (a name or a YAML file) stands for `run WORKLOAD`.
+    """
 
 
 @cli.command()
@@ -561,7 +563,7 @@ def main() -> None:
     args = sys.argv[1:]
     as_json = "--json" in itertools.takewhile(lambda a: a != "--", args)
     try:
-        cli.main(args=args, standalone_mode=False)
+        cli.main(args=args, prog_name="charllm-kit", standalone_mode=False)
     except KitInputError as e:
         _fail(str(e), 2, as_json)
     except RunNotPublished as e:
