@@ -218,9 +218,11 @@ def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr
     staging = next(out.glob(".*.partial"))
-    last = stderr.strip().splitlines()[-1]
+    *progress, last = stderr.strip().splitlines()
     assert last.startswith(f"error: {staging}/") and "no space left on device" in last
     assert f"charllm-kit bundle recover {staging}" in last
+    # one line says it: no tracebacks of the sampler (or anything else) before it
+    assert all(line.startswith("gpt3-tiny on cpu x1: ") for line in progress), stderr
 
     filler.unlink()
     r = kit_cli("bundle", "recover", str(staging), timeout=120)
@@ -228,7 +230,8 @@ def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     m = manifest(bundle)
-    assert m["status"] == "failed"
+    assert m["status"] == "failed" and m["error"].endswith(
+        "could not write the bundle: no space left on device"), m["error"]
     assert "No space left on device" in " ".join(m["ranks"][0]["log_tail"])
     assert len(losses_by_rank(bundle)[0]) >= 3  # the steps streamed before the disk filled
 

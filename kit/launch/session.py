@@ -20,6 +20,7 @@ from kit.errors import RunNotPublished
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
+    mark_unpublished,
     read_rank_result,
     steps_log_path,
     write_config,
@@ -152,13 +153,15 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
             path, summary = assemble_bundle(staging, cfg, command, end, report,
                                             missing_reason(missing_why, report, notes))
         except OSError as e:
-            raise RunNotPublished(_not_published(e, staging)) from e
+            raise not_published(e, staging) from e
     return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg)
 
 
-def _not_published(e: OSError, staging: BundleStaging) -> str:
-    """One line: what could not be written, why, and how to publish the run later."""
+def not_published(e: OSError, staging: BundleStaging) -> RunNotPublished:
+    """The error of a bundle that could not be written: one line saying what, why and how to
+    publish the run later; the staging folder is marked with why, for ``bundle recover``."""
+    mark_unpublished(staging.path, e)
     why = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e))
     where = e.filename or staging.path
-    return (f"{where}: {why}; the run's data stays in {staging.path}: fix that, then run "
-            f"`charllm-kit bundle recover {staging.path}`")
+    return RunNotPublished(f"{where}: {why}; the run's data stays in {staging.path}: fix that, "
+                           f"then run `charllm-kit bundle recover {staging.path}`")
