@@ -64,6 +64,14 @@ def test_listing_commands(cli):
     assert r.returncode == 0 and "mixtral-8x22b" in r.stdout and "gpt3-tiny" in r.stdout
     r = cli("workloads", "show", "llama3-70b")
     assert r.returncode == 0 and "28672" in r.stdout
+    fields = {line.split()[0] for line in r.stdout.splitlines()}
+    assert "rope_theta" in fields and not fields & {"num_experts", "moe_top_k"}  # dense, RoPE
+    r = cli("workloads", "show", "gpt3-tiny")
+    fields = {line.split()[0] for line in r.stdout.splitlines()}
+    assert r.returncode == 0 and not fields & {"num_experts", "moe_top_k", "rope_theta"}
+    r = cli("workloads", "show", "mixtral-8x7b")
+    assert r.returncode == 0 and {"num_experts", "moe_top_k"} <= {
+        line.split()[0] for line in r.stdout.splitlines()}
     r = cli("platforms", "list")
     assert r.returncode == 0 and "989" in r.stdout
     r = cli("platforms", "show", "mi250")

@@ -143,7 +143,7 @@ def test_bad_sweep_file_exits_2_with_one_line(cli, tmp_path):
     ("{workload: gpt3-tyni, platform: cpu}", "base: unknown workload 'gpt3-tyni'; known: "),
     ("{workload: gpt3-tiny, platform: cpux}", "base: unknown platform 'cpux'; known: "),
     ("{workload: gpt3-tiny, platform: cpu, tp: 0}", "base: invalid run fields: tp: "),
-    ("{platform: cpu}", "base: invalid run fields: workload: Field required"),
+    ("{platform: cpu}", "base: invalid run fields: missing field: workload"),
 ])
 def test_a_wrong_fixed_field_refuses_the_sweep_with_or_without_dry_run(cli, tmp_path, base,
                                                                      needle):
