@@ -12,7 +12,7 @@ import errno
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
@@ -31,6 +31,9 @@ from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
+
+if TYPE_CHECKING:
+    from kit.fabric.progress import FabricProgress
 
 SAMPLER_STOP_TIMEOUT_S = 10.0
 """How long the sampler may take to write its last chunk and report once asked to stop."""
@@ -76,7 +79,7 @@ def sample_and_launch(
     chunks_dir: Path,
     node: int,
     launch: Callable[[Callable[[], None]], LaunchOutcome],
-    watcher: ProgressWatcher | None,
+    watcher: "ProgressWatcher | FabricProgress | None",
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
     """Start this node's sampler, run ``launch(on_poll)``, stop the sampler; never raises.
 
@@ -115,9 +118,15 @@ def sample_and_launch(
     return outcome, report, notes, launch_error
 
 
-def progress_watcher(cfg: RunConfig, staging: Path) -> ProgressWatcher:
-    """Progress of rank 0's steps, as the launcher shows it."""
+def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | FabricProgress":
+    """Progress of rank 0's steps (or a fabric run's points), as the launcher shows it."""
+    from kit.fabric.progress import FabricProgress
+    from kit.fabric.spec import FabricSpec
+
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
+    if isinstance(cfg.workload, FabricSpec):
+        return FabricProgress(staging, cfg.workload, label, cfg.world_size,
+                              cfg.workload.graph and not cfg.platform.is_cpu)
     return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label)
 
 
