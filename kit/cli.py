@@ -10,6 +10,7 @@ import itertools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -109,7 +110,8 @@ def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--container-runtime", "runtime", type=click.Choice(JOB_RUNTIMES),
                      help="Start the node agents in the platform's image with pyxis (srun "
                           "--container-image) or apptainer; none: this Python on the nodes "
-                          "(default: pyxis when the platform names a container_image)."),
+                          "(default: pyxis when the platform names a container_image and "
+                          "this host's srun has pyxis, else none)."),
         click.option("--image", help="Container image (default: the platform's "
                                      "container_image)."),
     )):
@@ -149,8 +151,8 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     (OUT/slurm-<job id>.sbatch); the bundle, in --out, holds it too (job/sbatch.sh) with the
     job id; see docs/multi-node.md.
     """
-    from kit.launch.sbatch import absolute_files, job_output, sbatch_script
-    from kit.launch.submit import follow_job, keep_script, submit_job
+    from kit.launch.sbatch import absolute_files, job_output, job_runtime, sbatch_script
+    from kit.launch.submit import early_failure, follow_job, keep_script, submit_job
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
@@ -158,8 +160,13 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     plan = plan_run(req, require_present=False)  # the nodes have the devices, not this host
     if plan.refusal and not force:
         raise KitInputError(plan.refusal)
-    script = sbatch_script(plan.cfg, req, out,
-                           _job(partition, account, time_limit, runtime, image), force)
+    job = _job(partition, account, time_limit, runtime, image)
+    chosen, why = job_runtime(plan.cfg, job)
+    if why and runtime == "pyxis" and not dry_run:
+        raise KitInputError(f"--container-runtime pyxis: {why}")
+    if why:
+        click.echo(f"warning: {why}", err=True)
+    script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     if dry_run:
         if as_json:
             click.echo(json.dumps({"script": script, "out": str(out.absolute())}))
@@ -176,8 +183,15 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
         click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {answer['out']} "
                    f"(the job's output: {answer['output']})")
     if not wait:
+        failed = early_failure(job_id, out)
+        if failed:
+            answer.update(status="failed", error=failed)
         if as_json:
             click.echo(json.dumps(answer))
+        elif failed:
+            click.echo(f"error: {failed}", err=True)
+        if failed:
+            sys.exit(1)
         return
     bundle_dir = follow_job(job_id, out, lambda line: click.echo(line, err=True))
     _submit_end(answer, bundle_dir, as_json)
@@ -268,6 +282,8 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
     check_output_dir(out)
     job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
            else None)
+    if job is not None:
+        _warn_no_pyxis(runtime)
     if dry_run:
         _sweep_dry_run(spec, out, job, as_json)
         return
@@ -282,6 +298,16 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
         click.echo(str(outcome.folder.resolve()))
     if outcome.any_failed:
         sys.exit(1)
+
+
+def _warn_no_pyxis(runtime: str | None) -> None:
+    """Say once when the points' jobs cannot start the platforms' images with pyxis here."""
+    from kit.launch.sbatch import srun_has_pyxis
+
+    if runtime in (None, "pyxis") and srun_has_pyxis() is False:
+        click.echo("warning: this host's srun has no pyxis (no --container-image option): "
+                   + ("jobs using it fail at once" if runtime else "points whose platform names "
+                      "a container_image run this Python on the nodes instead"), err=True)
 
 
 def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json: bool) -> None:
