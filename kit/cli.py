@@ -437,12 +437,16 @@ def bundle() -> None:
 
 @bundle.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
-def bundle_show(path: Path) -> None:
-    """Summarize one bundle."""
-    from kit.bundle.reader import read_bundle
+@ALLOW_UNVERIFIED
+def bundle_show(path: Path, allow_unverified: bool) -> None:
+    """Verify a bundle and summarize it."""
     from kit.bundle.show import format_bundle
+    from kit.bundle.verified import read_verified_bundle
 
-    click.echo(format_bundle(read_bundle(path)))
+    read = read_verified_bundle(path, allow_unverified)
+    if read.verification_error:
+        click.echo(f"warning: unverified: {read.verification_error}", err=True)
+    click.echo(format_bundle(read))
 
 
 @bundle.command("verify")

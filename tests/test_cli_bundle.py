@@ -44,6 +44,21 @@ def test_verify_names_the_tampered_file(cli, copy, tamper, needle):
     assert len(lines) == 1 and needle in lines[0]
 
 
+def test_show_refuses_a_truncated_bundle_in_verify_s_words(cli, copy):
+    """A steps.parquet cut short (a copy that stopped): show says what verify says, or, asked
+    to show it anyway, shows it under a warning."""
+    steps = copy / "steps.parquet"
+    steps.write_bytes(steps.read_bytes()[: steps.stat().st_size // 2])
+    verify = cli("bundle", "verify", str(copy))
+    r = cli("bundle", "show", str(copy))
+    assert r.returncode == verify.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(verify.stderr.rstrip("\n") + "; ")
+    assert "steps.parquet" in r.stderr and "--allow-unverified" in r.stderr
+    r = cli("bundle", "show", str(copy), "--allow-unverified")
+    assert r.returncode == 0 and "gpt3-tiny" in r.stdout
+    assert r.stderr == f"warning: unverified: bundle {copy}: checksum mismatch: steps.parquet\n"
+
+
 def test_verify_catches_a_manifest_that_fails_the_schema(cli, copy):
     """Edit the manifest and re-hash it, so only the schema check can notice."""
     import hashlib
