@@ -149,7 +149,7 @@ def test_a_run_that_fails_mid_profile_publishes_a_bundle_that_reads(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["--profile-steps", "3:2"], "--profile-steps 3:2: need A < B <= 3"),
     (["--profile-steps", "1:9"], "--profile-steps 1:9: need A < B <= 3"),
-    (["--profile-steps", "a:b"], "profile_steps"),
+    (["--profile-steps", "a:b"], "'--profile-steps': 'a:b' is not of the form A:B or A"),
     (["--profile-ranks", "0,2"], "--profile-ranks: rank 2 is not in a world of 2"),
 ])
 def test_bad_profile_options_are_one_line_and_exit_2(args, needle):
@@ -157,3 +157,18 @@ def test_bad_profile_options_are_one_line_and_exit_2(args, needle):
                 "--dry-run")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and needle in r.stderr
+
+
+def test_figure_labels_keep_what_tells_bundles_apart():
+    """Two bundles of one minute whose ids agree in their first 30 characters: each figure
+    label still shows the workload, platform and unique suffix (no time stamp, no cut)."""
+    from kit.analysis.plots import bundle_label, profile_breakdowns
+
+    ids = ["20261126T124619Z-gpt3-tiny-cpu-6c725b",
+           "20261126T124619Z-gpt3-tiny-cpu-replay-h100-a1b2c3"]
+    shares = [{"bundle": b, "rank": 0, "stage": 0, "profiled_s": 0.012,
+               "share": {"MatMul": 0.75, "AllReduce": 0.25}} for b in ids]
+    labels = [t.get_text().split("\n")[0]
+              for t in profile_breakdowns(shares).axes[0].get_yticklabels()]
+    assert labels == ["gpt3-tiny-cpu-6c725b", "gpt3-tiny-cpu-replay-h100-a1b2c3"]
+    assert bundle_label("my-renamed-run") == "my-renamed-run"

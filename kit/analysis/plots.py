@@ -10,6 +10,7 @@ warmup steps in orange and measured steps in alternating greys, as in the study'
 """
 
 import io
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -388,6 +389,15 @@ def configuration_bars(comparison: Comparison) -> Figure:
     return fig
 
 
+_BUNDLE_STAMP = re.compile(r"\d{8}T\d{6}Z-")
+
+
+def bundle_label(name: str) -> str:
+    """A bundle id for a figure: without its leading UTC time, never cut, so the workload,
+    platform and unique suffix that tell bundles apart all show."""
+    return name[len(m.group()):] if (m := _BUNDLE_STAMP.match(name)) else name
+
+
 def kernel_breakdown(times: dict[str, dict[str, float]], title: str) -> Figure | None:
     """Share of kernel time per category, one stacked bar per profiled trace (None if none)."""
     from kit.analysis.kernels import CATEGORIES, OTHER
@@ -454,7 +464,7 @@ def profile_breakdowns(shares: list[dict[str, Any]]) -> Figure | None:
                     hatch="//" if cat in COLLECTIVES else None, edgecolor="white", lw=0.3,
                     label=cat if cat not in ax.get_legend_handles_labels()[1] else None)
             left += share
-    ax.set_yticks(range(len(shares)), [f"{s['bundle'][:24]}\nrank {s['rank']} stage "
+    ax.set_yticks(range(len(shares)), [f"{bundle_label(s['bundle'])}\nrank {s['rank']} stage "
                                        f"{s['stage']}, {s['profiled_s'] * 1e3:.4g} ms"
                                        for s in shares], fontsize=7.5)
     _share_axes(ax, "share of the profiled steps (hatched: exposed communication)",
@@ -476,7 +486,8 @@ def fabric_busbw(curves: list[tuple[Bundle, Any]]) -> Figure | None:
             pts = sorted((p.size_bytes, p.busbw_gbps) for p in results.points if p.op == op)
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=color,
-                        label=f"{bundle.path.name[:28]} ({results.ranks} {results.backend})")
+                        label=f"{bundle_label(bundle.path.name)} ({results.ranks} "
+                              f"{results.backend})")
         ax.set_xscale("log", base=2)
         ax.set_title(op, fontsize=9)
         ax.set_xlabel("message size S (bytes)", fontsize=8)
