@@ -78,10 +78,6 @@ def _file_system(folder: Path) -> str | None:
     import psutil
 
     resolved = folder.resolve()
-    best: tuple[int, str] | None = None
-    for part in psutil.disk_partitions(all=True):
-        mount = Path(part.mountpoint)
-        if (resolved == mount or mount in resolved.parents) and (
-                best is None or len(mount.parts) > best[0]):
-            best = (len(mount.parts), part.fstype)
-    return best[1] if best else None
+    above = [(len(mount.parts), part.fstype) for part in psutil.disk_partitions(all=True)
+             if (mount := Path(part.mountpoint)) == resolved or mount in resolved.parents]
+    return max(above)[1] if above else None
