@@ -21,7 +21,7 @@ from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
-from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
+from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
 from kit.output_target import check_output_dir, check_output_file
 from kit.spec.resolve import RunRequest
 
@@ -161,9 +161,7 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     if plan.refusal and not force:
         raise KitInputError(plan.refusal)
     job = _job(partition, account, time_limit, runtime, image)
-    chosen, why = job_runtime(plan.cfg, job)
-    if why and runtime == "pyxis" and not dry_run:
-        raise KitInputError(f"--container-runtime pyxis: {why}")
+    chosen, why = job_runtime(plan.cfg, job, submitting=not dry_run)
     if why:
         click.echo(f"warning: {why}", err=True)
     script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
@@ -282,8 +280,8 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
     check_output_dir(out)
     job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
            else None)
-    if job is not None:
-        _warn_no_pyxis(runtime)
+    if job is not None and (note := sweep_runtime_note(runtime)):
+        click.echo(f"warning: {note}", err=True)
     if dry_run:
         _sweep_dry_run(spec, out, job, as_json)
         return
@@ -298,16 +296,6 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
         click.echo(str(outcome.folder.resolve()))
     if outcome.any_failed:
         sys.exit(1)
-
-
-def _warn_no_pyxis(runtime: str | None) -> None:
-    """Say once when the points' jobs cannot start the platforms' images with pyxis here."""
-    from kit.launch.sbatch import srun_has_pyxis
-
-    if runtime in (None, "pyxis") and srun_has_pyxis() is False:
-        click.echo("warning: this host's srun has no pyxis (no --container-image option): "
-                   + ("jobs using it fail at once" if runtime else "points whose platform names "
-                      "a container_image run this Python on the nodes instead"), err=True)
 
 
 def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json: bool) -> None:

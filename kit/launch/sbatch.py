@@ -85,28 +85,47 @@ def srun_has_pyxis() -> bool | None:
     return "--container-image" in r.stdout + r.stderr
 
 
-def job_runtime(cfg: RunConfig, job: JobOptions) -> tuple[JobRuntime, str | None]:
+NO_PYXIS = "this host's srun has no pyxis (no --container-image option)"
+
+
+def job_runtime(cfg: RunConfig, job: JobOptions,
+                submitting: bool = False) -> tuple[JobRuntime, str | None]:
     """The runtime the job's node agents start in, and a line for the user when it is not the
     platform's image although the platform names one, or cannot work from here.
 
     Without ``--container-runtime``: pyxis when the platform names a ``container_image``, unless
     this host's srun has no pyxis: then none (this Python on the nodes), said in the line.
+
+    Raises:
+        KitInputError: ``submitting`` a job that asks for pyxis where srun has none: it would
+            fail at once.
     """
     no_pyxis = srun_has_pyxis() is False
     if job.runtime is not None:
         if job.runtime == "pyxis" and no_pyxis:
-            return "pyxis", ("this host's srun has no pyxis (no --container-image option): a "
-                             "job using it fails at once; use --container-runtime apptainer "
-                             "or none")
+            why = (f"{NO_PYXIS}: a job using it fails at once; use --container-runtime "
+                   "apptainer or none")
+            if submitting:
+                raise KitInputError(f"--container-runtime pyxis: {why}")
+            return "pyxis", why
         return job.runtime, None
     if not cfg.platform.container_image:
         return "none", None
     if no_pyxis:
-        return "none", (f"this host's srun has no pyxis (no --container-image option): the job "
-                        f"runs this Python on the nodes, not the {cfg.platform.name} platform's "
-                        f"image {cfg.platform.container_image} (--container-runtime apptainer "
-                        "runs that)")
+        return "none", (f"{NO_PYXIS}: the job runs this Python on the nodes, not the "
+                        f"{cfg.platform.name} platform's image {cfg.platform.container_image} "
+                        "(--container-runtime apptainer runs that)")
     return "pyxis", None
+
+
+def sweep_runtime_note(runtime: str | None) -> str | None:
+    """The line ``sweep --launcher slurm`` says once when its jobs cannot start the platforms'
+    images with pyxis from here (:func:`job_runtime` decides per point)."""
+    if runtime not in (None, "pyxis") or srun_has_pyxis() is not False:
+        return None
+    return f"{NO_PYXIS}: " + ("jobs using it fail at once" if runtime else
+                              "points whose platform names a container_image run this Python "
+                              "on the nodes instead")
 
 
 def _agent_command(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
