@@ -5,7 +5,7 @@
 #   ./run.sh --platform h100 [...]   same, on a named platform (options go to `charllm-kit run`)
 #   ./run.sh gpt3-small --tp 2       any workload and `charllm-kit run` options
 #   ./run.sh test                    run the test suite (what CI runs)
-#   ./run.sh workloads list          any other charllm-kit command
+#   ./run.sh workloads list          any other charllm-kit command (fabric, submit, ...)
 #   ./run.sh --container [--platform P] [--container-runtime R] [--image I] [--dry-run] [...]
 #                                    the same run inside the platform's image (docker/README.md);
 #                                    --dry-run prints the exact container command
@@ -27,16 +27,32 @@ pip_install() {
   return "$status"
 }
 
+step() {
+  # One line per setup step, with the time the previous one took: setup takes minutes.
+  local now=$SECONDS
+  if [[ -n "${STEP_START:-}" ]]; then
+    echo "run.sh:   done in $((now - STEP_START)) s" >&2
+  fi
+  STEP_START=$now
+  if [[ $# -gt 0 ]]; then
+    echo "run.sh: setup $*" >&2
+  fi
+}
+
 setup() {
   if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml ]]; then
     return
   fi
-  echo "run.sh: setting up $VENV (first run only) ..." >&2
+  echo "run.sh: setting up $VENV (first run only; a few minutes) ..." >&2
   if python3 -c "import torch" >/dev/null 2>&1; then
     # A GPU host or a container image: keep the torch it already has.
+    step "1/4: creating $VENV with this host's torch"
     python3 -m venv --system-site-packages "$VENV"
+    step "2/4: torch: keeping $(python3 -c 'import torch; print(torch.__version__)')"
   else
+    step "1/4: creating $VENV"
     python3 -m venv "$VENV"
+    step "2/4: installing $TORCH_REQ (the largest download)"
     pip_install "$TORCH_REQ"
   fi
   # The torch now present satisfies the kit's torch>=2.6, so nothing here pulls another one.
@@ -44,13 +60,17 @@ setup() {
   # C++ ops to just-in-time builds on first use, and --no-build-isolation builds it against
   # the torch installed here (an isolated build would fetch another torch to build with), which
   # needs setuptools in the environment.
+  step "3/4: installing the kit with megatron-core and DeepSpeed (DeepSpeed builds from source)"
   pip_install "setuptools>=68"
   DS_BUILD_OPS=0 pip_install --no-build-isolation -e ".[test,deepspeed,chakra]"
   # MLCommons Chakra is not on the package index: its wheel and et_replay's are in the repo.
   # --no-deps: Chakra names HolisticTraceAnalysis by a git URL; the `chakra` extra above has
   # what they import (none of it is torch).
+  step "4/4: installing MLCommons Chakra from third_party/wheels/"
   pip_install --no-deps third_party/wheels/*.whl "holistictraceanalysis==0.5.0"
+  step
   touch "$STAMP"
+  echo "run.sh: $VENV is ready" >&2
 }
 
 browser_for_tests() {
@@ -83,7 +103,7 @@ case "${1:-}" in
     browser_for_tests
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
-  run|sweep|bundle|compare|report|workloads|platforms|container|--help|-h|--version)
+  -h|--help|--version)
     exec "${KIT[@]}" "$@"
     ;;
   ""|-*)
@@ -91,6 +111,8 @@ case "${1:-}" in
     exec "${KIT[@]}" run "${CHARLLM_WORKLOAD:-gpt3-tiny}" "$@"
     ;;
   *)
-    exec "${KIT[@]}" run "$@"
+    # A command by name, or a workload (the CLI takes `WORKLOAD ...` as `run WORKLOAD ...`):
+    # the CLI decides, so every command it has passes through.
+    exec "${KIT[@]}" "$@"
     ;;
 esac

@@ -10,16 +10,18 @@ import itertools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kit.cli_group import ImpliedRunGroup
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
-from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions
+from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget
 from kit.spec.resolve import RunRequest
@@ -27,17 +29,18 @@ from kit.spec.resolve import RunRequest
 if TYPE_CHECKING:
     from kit.sweep.spec import SweepSpec
 
-POSITIVE = click.IntRange(min=1)
-
 ALLOW_UNVERIFIED = click.option(
     "--allow-unverified", is_flag=True,
     help="Use a bundle that fails verification, marked as unverified, instead of refusing it.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ImpliedRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="charllm-kit")
 def cli() -> None:
-    """Characterize distributed LLM training: performance, power and thermals."""
+    """Characterize distributed LLM training: performance, power and thermals.
+
+    A workload given first (a name or a YAML file) stands for `run WORKLOAD`.
+    """
 
 
 @cli.command()
@@ -108,7 +111,8 @@ def _job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--container-runtime", "runtime", type=click.Choice(JOB_RUNTIMES),
                      help="Start the node agents in the platform's image with pyxis (srun "
                           "--container-image) or apptainer; none: this Python on the nodes "
-                          "(default: pyxis when the platform names a container_image)."),
+                          "(default: pyxis when the platform names a container_image and "
+                          "this host's srun has pyxis, else none)."),
         click.option("--image", help="Container image (default: the platform's "
                                      "container_image)."),
     )):
@@ -148,8 +152,8 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     (OUT/slurm-<job id>.sbatch); the bundle, in --out, holds it too (job/sbatch.sh) with the
     job id; see docs/multi-node.md.
     """
-    from kit.launch.sbatch import absolute_files, job_output, sbatch_script
-    from kit.launch.submit import follow_job, keep_script, submit_job
+    from kit.launch.sbatch import absolute_files, job_output, job_runtime, sbatch_script
+    from kit.launch.submit import early_failure, follow_job, keep_script, submit_job
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
@@ -157,8 +161,11 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     plan = plan_run(req, require_present=False)  # the nodes have the devices, not this host
     if plan.refusal and not force:
         raise KitInputError(plan.refusal)
-    script = sbatch_script(plan.cfg, req, out,
-                           _job(partition, account, time_limit, runtime, image), force)
+    job = _job(partition, account, time_limit, runtime, image)
+    chosen, why = job_runtime(plan.cfg, job, submitting=not dry_run)
+    if why:
+        click.echo(f"warning: {why}", err=True)
+    script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     if dry_run:
         if as_json:
             click.echo(json.dumps({"script": script, "out": str(out.absolute())}))
@@ -175,8 +182,15 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
         click.echo(f"submitted Slurm job {job_id}; its bundle will appear in {answer['out']} "
                    f"(the job's output: {answer['output']})")
     if not wait:
+        failed = early_failure(job_id, out)
+        if failed:
+            answer.update(status="failed", error=failed)
         if as_json:
             click.echo(json.dumps(answer))
+        elif failed:
+            click.echo(f"error: {failed}", err=True)
+        if failed:
+            sys.exit(1)
         return
     bundle_dir = follow_job(job_id, out, lambda line: click.echo(line, err=True))
     _submit_end(answer, bundle_dir, as_json)
@@ -267,6 +281,8 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
     check_output_dir(out)
     job = (_job(partition, account, time_limit, runtime, image) if launcher == "slurm"
            else None)
+    if job is not None and (note := sweep_runtime_note(runtime)):
+        click.echo(f"warning: {note}", err=True)
     if dry_run:
         _sweep_dry_run(spec, out, job, as_json)
         return
@@ -410,11 +426,21 @@ def bundle() -> None:
 
 @bundle.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
-def bundle_show(path: Path) -> None:
-    """Summarize one bundle (of a sweep folder: list its points' bundles)."""
-    from kit.bundle.show import show_path
+@ALLOW_UNVERIFIED
+def bundle_show(path: Path, allow_unverified: bool) -> None:
+    """Verify a bundle and summarize it (of a sweep folder: list its points' bundles)."""
+    from kit.bundle.show import format_bundle, format_sweep_folder
+    from kit.bundle.verified import read_verified_bundle
+    from kit.sweep.folder import read_sweep_folder
 
-    click.echo(show_path(path))
+    sweep = read_sweep_folder(path)
+    if sweep is not None:
+        click.echo(format_sweep_folder(sweep))
+        return
+    read = read_verified_bundle(path, allow_unverified)
+    if read.verification_error:
+        click.echo(f"warning: unverified: {read.verification_error}", err=True)
+    click.echo(format_bundle(read))
 
 
 @bundle.command("verify")
@@ -594,7 +620,7 @@ def main() -> None:
     args = sys.argv[1:]
     as_json = "--json" in itertools.takewhile(lambda a: a != "--", args)
     try:
-        cli.main(args=args, standalone_mode=False)
+        cli.main(args=args, prog_name="charllm-kit", standalone_mode=False)
     except KitInputError as e:
         _fail(str(e), 2, as_json)
     except RunNotPublished as e:

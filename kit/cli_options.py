@@ -2,12 +2,14 @@
 
 Each field of :class:`~kit.spec.resolve.RunRequest` but those given as arguments becomes an
 option: ``--field-name`` (or the field's ``cli`` name), its description as the help, its default
-shown, a ``Literal`` as a choice, a bounded int as a range, a bool as a ``--x/--no-x`` pair.
+shown, a ``Literal`` as a choice, a bounded int as a range, a text pattern as a check that names
+the field's ``form``, a bool as a ``--x/--no-x`` pair.
 The values come back under the field names, ready for ``RunRequest(**values)``;
 :func:`model_argv` turns a model back into the options that give it (``submit`` writes ``run``'s
 command line with it).
 """
 
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -19,27 +21,72 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 
+class Integer(click.IntRange):
+    """An int option within bounds whose error says which numbers it takes, in words."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """The value as an int; else one line: "'abc' is not a positive integer"."""
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is not {self.described()}", param, ctx)
+
+    def described(self) -> str:
+        """What the option takes: "a positive integer", "an integer from 0 to 3", ..."""
+        if self.min is not None and self.max is not None:
+            return f"an integer from {self.min} to {self.max}"
+        if self.min == 1:
+            return "a positive integer"
+        if self.min == 0:
+            return "a non-negative integer"
+        return f"an integer >= {self.min}" if self.min is not None else "an integer"
+
+
+class Matching(click.ParamType):
+    """A text option that must match its field's pattern; the error shows the expected form."""
+
+    name = "text"
+
+    def __init__(self, pattern: str, form: str) -> None:
+        self.pattern, self.form = pattern, form
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """The value when it matches; else one line naming the form, e.g. "A:B or A"."""
+        if not re.fullmatch(self.pattern, str(value)):
+            self.fail(f"{value!r} is not of the form {self.form}", param, ctx)
+        return value
+
+
+def _extra(info: FieldInfo) -> dict[str, Any]:
+    return info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+
+
 def _option_type(info: FieldInfo) -> Any:
-    """The click type of a field: a choice, an int range from its bounds, or a plain type."""
+    """The click type of a field: a choice, an int range from its bounds, a text pattern (its
+    ``form`` says it in words), or a plain type."""
     annotation = info.annotation
     if typing.get_origin(annotation) is Literal:
         values = typing.get_args(annotation)
         if all(isinstance(v, int) for v in values):
-            return click.IntRange(min(values), max(values))
+            return Integer(min(values), max(values))
         return click.Choice([str(v) for v in values])
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     base = args[0] if isinstance(annotation, types.UnionType) and args else annotation
     if base is int:
         low = next((m.gt + 1 for m in info.metadata if isinstance(m, annotated_types.Gt)),
                    next((m.ge for m in info.metadata if isinstance(m, annotated_types.Ge)), None))
-        return click.IntRange(min=low) if low is not None else int
+        return Integer(min=low)
+    pattern = next((m.pattern for m in info.metadata if getattr(m, "pattern", None)), None)
+    if base is str and pattern:
+        return Matching(pattern, str(_extra(info).get("form", pattern)))
     return base
 
 
 def _flag(name: str, info: FieldInfo) -> str:
     """The option name of a field: its ``cli`` name, else ``--field-name``."""
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    return str(extra.get("cli", "--" + name.replace("_", "-")))
+    return str(_extra(info).get("cli", "--" + name.replace("_", "-")))
 
 
 def model_options(

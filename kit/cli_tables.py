@@ -9,7 +9,8 @@ from kit.analysis.flops import model_flops_per_step, params_count
 from kit.engines import engine_spec
 from kit.plan.memory import GIB, MemoryEstimate, fit_refusal
 from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
-from kit.spec.run import RunConfig
+from kit.spec.run import ParallelConfig, RunConfig
+from kit.spec.workload import WorkloadSpec
 
 if TYPE_CHECKING:
     from kit.launch.session import SessionResult
@@ -36,10 +37,20 @@ def workloads_table() -> str:
                                    "heads/groups", "seq", "MoE"])
 
 
+def _unused_fields(w: WorkloadSpec) -> set[str]:
+    """Fields that do not apply to this architecture: MoE routing of a dense model, RoPE's base
+    without RoPE."""
+    unused = set() if w.is_moe else {"num_experts", "moe_top_k"}
+    if w.position_embedding != "rope":
+        unused.add("rope_theta")
+    return unused
+
+
 def show_workload(name: str) -> str:
-    """Every field of one workload, plus its size and FLOPs per token."""
+    """Every field of one workload that applies to it, plus its size and FLOPs per token."""
     w = load_workload(name)
-    rows = [[k, v] for k, v in w.model_dump().items()]
+    unused = _unused_fields(w)
+    rows = [[k, v] for k, v in w.model_dump().items() if k not in unused]
     rows.append(["parameters", f"{params_count(w):,}"])
     per_token = model_flops_per_step(w, 1) / w.seq_length
     rows.append(["model FLOPs per token (fwd+bwd)", f"{per_token:.4g}"])
@@ -66,6 +77,12 @@ def show_platform(name: str) -> str:
     return yaml.safe_dump(load_platform(name).model_dump(mode="json"), sort_keys=False)
 
 
+def layout_line(p: ParallelConfig) -> str:
+    """The degrees, with ``vpp`` only when the pipeline is interleaved."""
+    vpp = f" vpp={p.vpp}" if p.vpp is not None else ""
+    return f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep}{vpp} sp={p.sp}"
+
+
 def resolved_summary(cfg: RunConfig) -> str:
     """The resolved run: workload (and scaling), layout, batch and step counts."""
     p, o = cfg.parallel, cfg.optim
@@ -74,7 +91,7 @@ def resolved_summary(cfg: RunConfig) -> str:
         ["platform", f"{cfg.platform.name} ({cfg.platform.device_name})"],
         ["engine", cfg.engine],
         ["world size", cfg.world_size],
-        ["layout", f"tp={p.tp} pp={p.pp} dp={p.dp} cp={p.cp} ep={p.ep} vpp={p.vpp} sp={p.sp}"],
+        ["layout", layout_line(p)],
         ["batch", f"micro {cfg.micro_batch_size} x accum {cfg.grad_accum_steps} x dp {p.dp} "
                   f"= global {cfg.global_batch_size} ({cfg.tokens_per_step} tokens)"],
         ["optimizations", f"recompute={o.recompute} overlap={o.overlap} "

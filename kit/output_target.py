@@ -45,10 +45,39 @@ def _check(target: Path, folder: Path) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise KitInputError(f"cannot write {target}: {parent} is not a directory")
-            if not _writable(parent):
-                raise KitInputError(f"cannot write {target}: {parent} is not writable")
+            why = _unwritable(parent)
+            if why:
+                raise KitInputError(f"cannot write {target}: {why}")
             return
 
 
-def _writable(folder: Path) -> bool:
-    return os.access(folder, os.W_OK | os.X_OK)
+PSEUDO_FILE_SYSTEMS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "debugfs",
+                                 "securityfs", "configfs", "tracefs", "pstore", "bpf"})
+"""Kernel file systems that take no new folders or files, whatever the permissions say."""
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be created in ``folder`` (checked without creating anything), or None.
+
+    Permissions alone do not tell: root may write anywhere by them, yet not on a read-only mount
+    or in /proc, where creating a folder fails with a misleading "No such file or directory".
+    """
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return f"{folder} is on a read-only file system"
+    fstype = _file_system(folder)
+    if fstype in PSEUDO_FILE_SYSTEMS:
+        return (f"no file or folder can be created in {folder} (the kernel's {fstype} file "
+                "system)")
+    return None
+
+
+def _file_system(folder: Path) -> str | None:
+    """The type of the file system ``folder`` is on (the longest mount point above it)."""
+    import psutil
+
+    resolved = folder.resolve()
+    above = [(len(mount.parts), part.fstype) for part in psutil.disk_partitions(all=True)
+             if (mount := Path(part.mountpoint)) == resolved or mount in resolved.parents]
+    return max(above)[1] if above else None

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -66,6 +67,15 @@ def test_pack_unpack_round_trip_is_exact_and_reproducible(cli, cpu_bundle, tmp_p
 
     r = cli("bundle", "unpack", str(archive), "-o", str(tmp_path / "in"))
     assert "already exists" in one_line_error(r)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_the_archive_is_readable_as_the_umask_says(cli, tmp_path, umask, mode):
+    """An archive is for sharing: the mode a new file gets, not a temporary file's 0600."""
+    archive = tmp_path / "a.tar.gz"
+    r = cli("bundle", "pack", str(H100), "-o", str(archive), umask=umask)
+    assert r.returncode == 0, why_failed(r)
+    assert stat.S_IMODE(archive.stat().st_mode) == mode
 
 
 def test_recorded_gpu_bundles_round_trip(tmp_path):

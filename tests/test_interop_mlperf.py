@@ -147,3 +147,21 @@ def test_system_desc_of_a_cpu_run(cli, cpu_bundle):
     assert desc["accelerators_per_node"] == "0" and desc["accelerator_model_name"] == ""
     assert int(desc["host_processor_vcpu_count"]) > 0 and desc["system_name"] == "cpu_n1"
     assert all(isinstance(v, str) for k, v in desc.items() if k != "other_software_stack")
+    # the engine the run trained with, not every engine installed beside it
+    assert desc["framework"].startswith("megatron-core ") and "deepspeed" not in desc["framework"]
+    assert "deepspeed" not in desc["other_software_stack"]
+
+
+def test_system_desc_names_the_engine_the_run_used(cli, cpu_bundle, tmp_path):
+    bundle = shutil.copytree(cpu_bundle, tmp_path / cpu_bundle.name)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    versions = manifest["inventory"][0]["engine_versions"]
+    assert {"megatron-core", "deepspeed"} <= set(versions)  # both installed on this host
+    manifest["config"]["engine"] = "deepspeed"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    rehash(bundle)
+    r = cli("bundle", "system-desc", str(bundle))
+    assert r.returncode == 0, why_failed(r)
+    desc = json.loads(r.stdout)
+    assert desc["framework"].startswith(f"deepspeed {versions['deepspeed']}, PyTorch ")
+    assert "megatron-core" not in desc["framework"] + json.dumps(desc["other_software_stack"])

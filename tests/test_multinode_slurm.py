@@ -169,7 +169,7 @@ SUBMIT = ["submit", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--wa
 def test_submit_dry_run_prints_the_script(tmp_path):
     r = kit_cli("submit", "llama3-8b", "--platform", "h100", "--nodes", "4", "--tp", "8",
                 "--pp", "2", "--partition", "gpu", "--account", "proj", "--time", "02:00:00",
-                "--out", str(tmp_path), "--dry-run")
+                "--container-runtime", "pyxis", "--out", str(tmp_path), "--dry-run")
     assert r.returncode == 0, why_failed(r)
     lines = r.stdout.splitlines()
     for key in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
@@ -185,6 +185,44 @@ def test_submit_dry_run_prints_the_script(tmp_path):
     assert " ".join(run) == ("charllm-kit run llama3-8b --platform h100 --launcher slurm "
                              f"--nodes 4 --tp 8 --pp 2 --out {tmp_path}")
     assert not list(tmp_path.iterdir())  # nothing submitted, nothing written
+
+
+TWO_NODES = ["submit", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--steps", "2",
+             "--partition", "ci", "--time", "5"]
+
+
+@pytest.mark.timeout(120)
+def test_submit_where_srun_has_no_pyxis_runs_this_python_and_says_so(slurm, tmp_path):
+    """The cpu platform names an image; this cluster's srun has no pyxis to start it."""
+    r = kit_cli(*TWO_NODES, "--out", str(tmp_path), "--dry-run")
+    assert r.returncode == 0, why_failed(r)
+    assert r.stderr == (
+        "warning: this host's srun has no pyxis (no --container-image option): the job runs "
+        "this Python on the nodes, not the cpu platform's image charllm-kit:cpu "
+        "(--container-runtime apptainer runs that)\n")
+    assert "--container-image" not in r.stdout
+    assert f"--kill-on-bad-exit=0 {sys.executable} -m kit run gpt3-tiny" in " ".join(
+        r.stdout.replace("\\\n", " ").split())
+    asked = kit_cli(*TWO_NODES, "--container-runtime", "pyxis", "--out", str(tmp_path))
+    assert asked.returncode == 2 and asked.stderr == (
+        "error: --container-runtime pyxis: this host's srun has no pyxis (no --container-image "
+        "option): a job using it fails at once; use --container-runtime apptainer or none\n")
+    assert not list(tmp_path.iterdir())  # nothing submitted
+
+
+@pytest.mark.timeout(120)
+def test_submit_reports_a_job_that_failed_as_it_started(slurm, tmp_path):
+    """Without --wait, submit still watches the job for a few seconds: one whose agents cannot
+    start (an image no node has) is reported with Slurm's state and its output's last line."""
+    r = kit_cli(*TWO_NODES, "--container-runtime", "apptainer", "--image",
+                str(tmp_path / "no-such.sif"), "--out", str(tmp_path))
+    assert r.returncode == 1, why_failed(r)
+    job = r.stdout.split("submitted Slurm job ")[1].split(";")[0]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: job {job} FAILED (exit code "), r.stderr
+    assert "within seconds, without a bundle: " in lines[0]
+    assert lines[0].endswith(f"; see {tmp_path}/slurm-{job}.out")
 
 
 @pytest.mark.timeout(60)

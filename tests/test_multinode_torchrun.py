@@ -189,12 +189,15 @@ def test_an_output_folder_not_shared_is_one_line_before_training(tmp_path):
     assert not list((tmp_path / "a").iterdir())  # node 0 removed its staging folder
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
-    t0 = time.monotonic()
+    """--rdzv-timeout 3 is the one waited for: the line says so, and the default (300 s) could
+    not have ended within the 240 s given (no bound tighter than that: a busy host starts
+    Python slowly)."""
     r = kit_cli("run", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--launcher",
                 "torchrun", "--node-rank", "0", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                "--rdzv-timeout", "3", "--out", str(tmp_path), timeout=60)
-    assert r.returncode == 2 and time.monotonic() - t0 < 40
+                "--rdzv-timeout", "3", "--out", str(tmp_path), timeout=240)
+    assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "not every node joined the rendezvous" in lines[0], r.stderr
+    assert " within 3 s (" in lines[0], lines[0]

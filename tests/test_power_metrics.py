@@ -1,7 +1,5 @@
 """Attribution and per-device power/thermal metrics against values worked out by hand."""
 
-import time
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -300,20 +298,20 @@ def synthetic(samples: int, devices: int, period: float = 0.02, step_s: float = 
     return tele, st
 
 
-def test_ten_hour_run_is_fast():
-    # 2M samples x 8 devices = 16M rows (20 ms for 11 hours); ~56k steps x 8 ranks
-    tele, st = synthetic(2_000_000, 8)
+SAMPLES = 200_000
+"""1.1 hours at 20 ms on 8 devices (1.6M rows, ~6k steps): exact figures over many steps. How
+fast 10 hours go is benchmarks/perf/power_metrics_10h.py's to say."""
+
+
+def test_a_long_run_s_attribution_and_device_metrics_are_exact():
+    tele, st = synthetic(SAMPLES, 8)
     facts = [{"node": 0, "device": d, "power_limit_w": 800.0, "clock_sm_max_mhz": 1980.0}
              for d in range(8)]
-    start = time.perf_counter()
     attributed = attribute_samples(tele, st)
     per_device, agg = device_metrics(tele, st, facts, tokens_per_step=1)
-    elapsed = time.perf_counter() - start
-    # 2.5-4.5 s on a 2-core host; the bound leaves room for a busy CI machine.
-    assert elapsed < 10, f"attribution + device metrics took {elapsed:.1f} s"
     # Step k's window [k x .64 + .001, (k + 1) x .64 - .004] holds samples 1..31 of its 32
     # (sample 0, at k x .64, lies just before it); steps 0-2 are warmup.
-    measured = int(2_000_000 * 0.02 / 0.64) - 1 - 3
+    measured = int(SAMPLES * 0.02 / 0.64) - 1 - 3
     assert pc.sum(pc.equal(attributed["phase"], "measured")).as_py() == 8 * 31 * measured
     assert len(per_device) == 8
     d = per_device[0]

@@ -149,7 +149,7 @@ def test_a_run_that_fails_mid_profile_publishes_a_bundle_that_reads(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["--profile-steps", "3:2"], "--profile-steps 3:2: need A < B <= 3"),
     (["--profile-steps", "1:9"], "--profile-steps 1:9: need A < B <= 3"),
-    (["--profile-steps", "a:b"], "profile_steps"),
+    (["--profile-steps", "a:b"], "'--profile-steps': 'a:b' is not of the form A:B or A"),
     (["--profile-ranks", "0,2"], "--profile-ranks: rank 2 is not in a world of 2"),
 ])
 def test_bad_profile_options_are_one_line_and_exit_2(args, needle):

@@ -102,11 +102,15 @@ def test_a_sigterm_repeated_within_2_s_still_lets_the_ranks_stop_at_a_step_bound
     assert [(r["status"], r["signal"]) for r in m["ranks"]] == [("interrupted", None)] * 2
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
     """SIGKILL of the sampler (what a segfault in a vendor library looks like): the run goes
-    on to the end, the bundle says telemetry stopped early, and keeps the rows written."""
-    proc = start_long_run(tmp_path, "--tp", "1", steps=150)
+    on to the end, the bundle says telemetry stopped early, and keeps the rows written.
+
+    30 steps: the sampler's first chunk is written before rank 0's second step ends (the
+    ranks take seconds to start, the sampler flushes every 2 s), so the kill comes with 28
+    steps to go; 150 would take 17 minutes at the 7 s a step seen on a host at load 22."""
+    proc = start_long_run(tmp_path, "--tp", "1", steps=30)
     wait_for_steps(tmp_path, 2)
     chunk = tmp_path.glob(".*.partial/telemetry-chunks/chunk-000000.parquet")
     deadline = time.monotonic() + 60
@@ -114,7 +118,7 @@ def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
         time.sleep(0.1)
         chunk = tmp_path.glob(".*.partial/telemetry-chunks/chunk-000000.parquet")
     os.kill(sampler_pid(proc.pid), signal.SIGKILL)
-    out, err = proc.communicate(timeout=180)
+    out, err = proc.communicate(timeout=500)
     assert proc.returncode == 0, err
     bundle = bundle_path(out)
     verify_bundle(bundle)
@@ -124,7 +128,7 @@ def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
     assert host["source"] == "host" and "ended early" in host["reason"]
     rows = pq.read_table(bundle / "telemetry.parquet").num_rows
     assert rows > 0
-    assert len(losses_by_rank(bundle)[0]) == 151
+    assert len(losses_by_rank(bundle)[0]) == 31
 
 
 @pytest.mark.timeout(300)
@@ -218,9 +222,11 @@ def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr
     staging = next(out.glob(".*.partial"))
-    last = stderr.strip().splitlines()[-1]
+    *progress, last = stderr.strip().splitlines()
     assert last.startswith(f"error: {staging}/") and "no space left on device" in last
     assert f"charllm-kit bundle recover {staging}" in last
+    # one line says it: no tracebacks of the sampler (or anything else) before it
+    assert all(line.startswith("gpt3-tiny on cpu x1: ") for line in progress), stderr
 
     filler.unlink()
     r = kit_cli("bundle", "recover", str(staging), timeout=120)
@@ -228,7 +234,8 @@ def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
     bundle = Path(r.stdout.strip().splitlines()[-1])
     verify_bundle(bundle)
     m = manifest(bundle)
-    assert m["status"] == "failed"
+    assert m["status"] == "failed" and m["error"].endswith(
+        "could not write the bundle: no space left on device"), m["error"]
     assert "No space left on device" in " ".join(m["ranks"][0]["log_tail"])
     assert len(losses_by_rank(bundle)[0]) >= 3  # the steps streamed before the disk filled
 

@@ -154,8 +154,14 @@ def test_workload_from_a_yaml_path(tmp_path):
         (["run", "gpt3-tiny", "--platform", "h100"], "is not present on this host"),
         (["run", "gpt3-tiny", "--engine", "deepspeed", "--tp", "2", "--dry-run"],
          "the deepspeed engine has no tensor parallelism"),
-        (["run", "gpt3-tiny", "--tp", "zero"], "'zero' is not a valid integer"),
-        (["run", "gpt3-tiny", "--tp", "0", "--dry-run"], "'--tp': 0 is not in the range x>=1"),
+        (["run", "gpt3-tiny", "--tp", "zero"], "'--tp': 'zero' is not a positive integer"),
+        (["run", "gpt3-tiny", "--tp", "0", "--dry-run"], "'--tp': '0' is not a positive integer"),
+        (["run", "gpt3-tiny", "--zero", "4", "--dry-run"],
+         "'--zero': '4' is not an integer from 0 to 3"),
+        (["run", "gpt3-tiny", "--profile-steps", "abc", "--dry-run"],
+         "'--profile-steps': 'abc' is not of the form A:B or A (step numbers, e.g. 2:4)"),
+        (["run", "gpt3-tiny", "--profile-ranks", "0;1", "--dry-run"],
+         "'--profile-ranks': '0;1' is not of the form R or R,R,... (ranks, e.g. 0,3)"),
         (["run", "gpt3-tiny", "--steps", "-1", "--dry-run"], "'--steps'"),
         (["run", "gpt3-tiny", "--warmup", "-1", "--dry-run"], "'--warmup'"),
         (["run", "gpt3-tiny", "--recompute-method", "block", "--dry-run"],
@@ -168,6 +174,12 @@ def test_workload_from_a_yaml_path(tmp_path):
         (["run", "gpt3-tiny", "--nodes", "2", "--launcher", "torchrun"],
          "ranks cannot be split evenly over --nodes 2"),
         (["run", "gpt3-tiny", "--out", "/etc/hostname/sub"], "/etc/hostname is not a directory"),
+        (["run", "gpt3-tiny", "--out", "/proc/nope"],
+         "cannot write /proc/nope: no file or folder can be created in /proc (the kernel's "
+         "proc file system)"),
+        (["compre", "a", "b"], "'compre' is neither a command nor a workload; did you mean "
+                               "'compare'?"),
+        (["zzz"], "'zzz' is neither a command nor a workload; commands: bundle, compare, "),
         (["workloads", "show", "nope"], "unknown workload"),
         (["bundle", "verify", "/nonexistent/bundle"], "/nonexistent/bundle"),
     ],
@@ -193,6 +205,12 @@ def test_invalid_yaml_is_one_line(cli, tmp_path):
     bad.write_text("family: gpt3\nnum_layers: [1, 2\n")
     r = cli("run", str(bad), "--dry-run", timeout=120)
     assert r.returncode == 2 and "invalid YAML at line" in r.stderr
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("family: gpt3\nnum_layers: 2\nhidden_size: 64\n")
+    r = cli("run", str(partial), "--dry-run", timeout=120)
+    assert r.returncode == 2 and r.stderr == (
+        f"error: {partial}: missing fields: num_attention_heads, ffn_hidden_size, seq_length, "
+        "vocab_size, activation, normalization, position_embedding, global_batch_size\n")
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("family: gpt3\nnum_layers: -1\n")
     r = cli("run", str(wrong), "--dry-run", timeout=120)

@@ -143,7 +143,7 @@ def test_bad_sweep_file_exits_2_with_one_line(cli, tmp_path):
     ("{workload: gpt3-tyni, platform: cpu}", "base: unknown workload 'gpt3-tyni'; known: "),
     ("{workload: gpt3-tiny, platform: cpux}", "base: unknown platform 'cpux'; known: "),
     ("{workload: gpt3-tiny, platform: cpu, tp: 0}", "base: invalid run fields: tp: "),
-    ("{platform: cpu}", "base: invalid run fields: workload: Field required"),
+    ("{platform: cpu}", "base: invalid run fields: missing field: workload"),
 ])
 def test_a_wrong_fixed_field_refuses_the_sweep_with_or_without_dry_run(cli, tmp_path, base,
                                                                      needle):
@@ -233,10 +233,18 @@ def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
     assert [p["resumed"] for p in index["points"]] == [False, True, False, True]
 
 
-def test_resume_of_a_missing_sweep_folder_is_refused(cli, tmp_path):
-    r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(tmp_path / "typo"), "--resume")
-    assert r.returncode == 2 and "nothing to resume" in r.stderr and r.stderr.count("\n") == 1
-    assert not (tmp_path / "typo").exists()
+def test_resume_of_a_sweep_not_started_yet_starts_it(cli, tmp_path):
+    """A job script that always passes --resume works the first time too."""
+    f = tmp_path / "one.yaml"
+    f.write_text("name: one\nbase: {workload: gpt3-tiny, platform: cpu, steps: 1, warmup: 0, "
+                 "telemetry_interval_ms: 0}\naxes:\n  - product: {seed: [7]}\n")
+    r = cli("sweep", str(f), "--out", str(tmp_path / "new"), "--resume")
+    assert r.returncode == 0, why_failed(r)
+    folder = tmp_path / "new" / "one"
+    assert r.stderr.startswith(f"sweep one: nothing to resume in {folder} (no sweep.json): "
+                               "starting it\n")
+    [point] = json.loads((folder / "sweep.json").read_text())["points"]
+    assert point["status"] == "ok" and not point["resumed"]
 
 
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):

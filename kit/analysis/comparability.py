@@ -177,7 +177,7 @@ def _image_checks(bundles: list[Bundle]) -> list[Check]:
         c = b.manifest.container
         if c is None:
             return "no container recorded"
-        built = f"{c.flavour or 'no'} flavour, revision {(c.revision or '?')[:12]}"
+        built = f"{c.flavour or 'no'} flavour, revision {c.revision or '?'}"  # -dirty too
         if c.digest:  # the image's own properties only: sites may name it differently
             return f"{c.digest[:19]} ({built})"
         return f"{c.image or 'an unnamed image'} ({built}), digest unknown"

@@ -67,9 +67,17 @@ def _write_archive(root: Path, dest: Path) -> None:
                     path = root / rel
                     with path.open("rb") as f:
                         tar.addfile(_tarinfo(name, mtime, path.stat().st_size), f)
-        os.replace(tmp, dest)
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it: mkstemp's 0600 would
+        os.replace(tmp, dest)              # keep colleagues from the archive meant for them
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """This process's umask (reading it means setting it: set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def pack_bundle(path: str | Path, out: str | Path | None = None, redact: bool = False) -> Path:

@@ -28,6 +28,7 @@ from kit.launch.rankfile import (
     read_config,
     read_launcher_record,
     running_ranks,
+    unpublished_reason,
 )
 from kit.spec.run import RunConfig
 from kit.telemetry.sampler import SamplerReport
@@ -73,12 +74,13 @@ def recover_bundle(path: Path) -> Path:
     _refuse_while_running(staging.path, launcher, records)
     if records is not None:
         return _recover_nodes(staging, cfg, launcher, records)
-    end = RunEnd(
-        "failed",
-        f"launcher was killed (or could not write the bundle): pid {launcher.pid} on "
-        f"{launcher.host} ended without publishing it",
-        notes=[_recovered_note(UNSEEN_EXITS), *_elsewhere_note(launcher)],
-    )
+    why = unpublished_reason(staging.path)
+    error = (f"launcher (pid {launcher.pid} on {launcher.host}) could not write the bundle: "
+             f"{why}" if why else
+             f"launcher was killed (or could not write the bundle): pid {launcher.pid} on "
+             f"{launcher.host} ended without publishing it")
+    end = RunEnd("failed", error,
+                 notes=[_recovered_note(UNSEEN_EXITS), *_elsewhere_note(launcher)])
     return _publish(staging, cfg, launcher, end, read_sampler_report(staging.chunks_dir))
 
 
@@ -137,9 +139,11 @@ def _recover_nodes(staging: BundleStaging, cfg: RunConfig, launcher: LauncherRec
     nodes = node_parts(staging.chunks_dir, records, [None] * cfg.nodes)
     ended = [k for k, rec in enumerate(records) if rec is not None and rec.ended]
     silent = [k for k in range(1, cfg.nodes) if k not in ended]  # node 0's death: the headline
+    why = unpublished_reason(staging.path)
     error = (f"{where(0, nodes)}: its agent (pid {launcher.pid} on {launcher.host}), which "
-             "publishes the bundle, was killed (or could not write the bundle) without "
-             "publishing it")
+             + (f"publishes the bundle, could not write it: {why}" if why else
+                "publishes the bundle, was killed (or could not write the bundle) without "
+                "publishing it"))
     notes = [_recovered_note("exit codes and times are those the nodes' agents recorded "
                              f"(nodes {', '.join(map(str, ended))})" if ended else UNSEEN_EXITS)]
     if silent:

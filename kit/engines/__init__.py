@@ -7,9 +7,15 @@ is when the framework is imported. Importing this package imports no framework a
 
 from kit.engines.deepspeed.spec import DeepSpeedSpec
 from kit.engines.megatron.spec import MegatronSpec
-from kit.engines.registry import ENGINES, engine_spec, foreign_options, register_engine
+from kit.engines.registry import (
+    ENGINES,
+    engine_packages,
+    engine_spec,
+    foreign_options,
+    register_engine,
+)
 
 register_engine(MegatronSpec())
 register_engine(DeepSpeedSpec())
 
-__all__ = ["ENGINES", "engine_spec", "foreign_options", "register_engine"]
+__all__ = ["ENGINES", "engine_packages", "engine_spec", "foreign_options", "register_engine"]

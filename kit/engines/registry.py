@@ -48,10 +48,13 @@ class EngineSpec(ABC):
         options: RunRequest fields that only this engine takes, each with the one-line message
             that refuses it when another engine is selected.
         speed_features: The names ``--speed`` takes for this engine.
+        packages: The distributions it trains with, as a node's inventory names them
+            (``engine_versions``): what a system description names as the run's framework.
     """
 
     name: ClassVar[str]
     requires: ClassVar[dict[str, str]] = {}
+    packages: ClassVar[tuple[str, ...]] = ()
     options: ClassVar[dict[str, str]] = {}
     speed_features: ClassVar[tuple[str, ...]] = ()
 
@@ -103,6 +106,16 @@ ENGINES: dict[str, EngineSpec] = {}
 def register_engine(spec: EngineSpec) -> None:
     """Make ``spec`` available as ``--engine spec.name``."""
     ENGINES[spec.name] = spec
+
+
+def engine_packages(engine: str) -> tuple[set[str], set[str]]:
+    """The packages ``engine`` trains with, and those only other registered engines use (an
+    engine not registered here: nothing known to be unused)."""
+    spec = ENGINES.get(engine)
+    if spec is None:
+        return set(), set()
+    used = set(spec.packages)
+    return used, {p for s in ENGINES.values() for p in s.packages} - used
 
 
 def foreign_options(engine: str, given: dict[str, object]) -> list[str]:

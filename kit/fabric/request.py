@@ -29,8 +29,12 @@ class FabricRequest(BaseModel):
     ops: str | None = Field(
         None, description="Collectives, comma-separated, of all_reduce, all_gather, "
         "reduce_scatter, all_to_all, send_recv (default: all).")
-    iters: int = Field(20, gt=0, description="Timed operations per size.")
+    iters: int = Field(20, gt=0, description="Timed operations per size, at least: small "
+                       "messages get more, up to 50x, to move 64 MiB per point.")
     warmup: int = Field(5, ge=0, description="Untimed operations before them.")
+    graph: bool = Field(
+        True, description="On CUDA devices, also time each point replayed from a CUDA graph "
+        "(nccl-tests' -G), without the host's launch cost that dominates small messages.")
     telemetry_interval_ms: int = _RUN["telemetry_interval_ms"]
     launcher: Launcher = _RUN["launcher"]
     nodes: int = _RUN["nodes"]

@@ -17,13 +17,23 @@ class FabricPoint(BaseModel):
 
     op: CollectiveOp
     size_bytes: int = Field(gt=0, description="S as nccl-tests defines it (kit.fabric.spec).")
-    time_s: float = Field(gt=0, description="Mean time of one operation, averaged over "
-                          "ranks (nccl-tests' default).")
+    iterations: int | None = Field(
+        None, gt=0, description="Timed operations of this point (more than the run's "
+        "iterations for small messages, kit.fabric.timing); null in bundles of kits that timed "
+        "every point alike, the run's iterations.")
+    time_s: float = Field(gt=0, description="Mean time of one operation launched in a host "
+                          "loop, averaged over ranks (nccl-tests' default).")
     time_s_max: float = Field(gt=0, description="The slowest rank's mean time.")
     algbw_gbps: float = Field(description="S / time_s, 10^9 bytes/s.")
     busbw_gbps: float = Field(description="algbw x nccl-tests' factor for the op.")
-    t_start: float = Field(description="When rank 0 started the timed iterations, unix s.")
-    t_end: float = Field(description="When rank 0 ended them, unix s.")
+    graph_time_s: float | None = Field(
+        None, gt=0, description="Mean time of one operation of the same count replayed from a "
+        "CUDA graph (nccl-tests' -G), averaged over ranks; null where not measured (CPU ranks).")
+    graph_time_s_max: float | None = Field(None, gt=0, description="The slowest rank's.")
+    graph_algbw_gbps: float | None = Field(None, description="S / graph_time_s.")
+    graph_busbw_gbps: float | None = Field(None, description="graph algbw x the op's factor.")
+    t_start: float = Field(description="When rank 0 started the timed host loop, unix s.")
+    t_end: float = Field(description="When rank 0 ended it, unix s.")
 
 
 class FabricResults(BaseModel):
@@ -33,8 +43,10 @@ class FabricResults(BaseModel):
 
     ranks: int = Field(gt=0, description="Ranks in the group (n in the bus factors).")
     backend: str = Field(description="torch.distributed backend (gloo, nccl; rccl runs as nccl).")
-    iterations: int = Field(gt=0, description="Timed operations per point.")
+    iterations: int = Field(gt=0, description="Timed operations per point, at least "
+                            "(small messages get more: each point's own iterations).")
     warmup: int = Field(ge=0, description="Untimed operations before them.")
+    graph: bool = Field(False, description="Whether the points have CUDA-graph times.")
     points: list[FabricPoint]
 
 
@@ -53,10 +65,29 @@ def read_fabric(bundle: Bundle) -> FabricResults | None:
         raise BundleError(f"{path} is not fabric results ({e})".splitlines()[0]) from None
 
 
+def _us(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def _gbps(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def fabric_table(results: FabricResults) -> str:
-    """The measurements as nccl-tests prints them: size, time, algbw, busbw per collective."""
-    rows = [(p.op, p.size_bytes, f"{p.time_s * 1e6:.1f}", f"{p.algbw_gbps:.3f}",
-             f"{p.busbw_gbps:.3f}") for p in results.points]
-    head = f"{results.ranks} ranks over {results.backend}, {results.iterations} timed iterations"
-    return head + "\n" + tabulate(rows, headers=("op", "size (B)", "time (us)", "algbw (GB/s)",
-                                                 "busbw (GB/s)"), disable_numparse=True)
+    """The measurements as nccl-tests prints them: size, time, algbw, busbw per collective, for
+    the host loop and, where measured, the CUDA graph."""
+    graph = any(p.graph_time_s is not None for p in results.points)
+    rows = []
+    for p in results.points:
+        row = [p.op, p.size_bytes, p.iterations or results.iterations, _us(p.time_s),
+               _gbps(p.algbw_gbps), _gbps(p.busbw_gbps)]
+        if graph:
+            row += [_us(p.graph_time_s), _gbps(p.graph_algbw_gbps), _gbps(p.graph_busbw_gbps)]
+        rows.append(row)
+    headers = ["op", "size (B)", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]
+    if graph:
+        headers += ["graph time (us)", "graph algbw", "graph busbw"]
+    head = (f"{results.ranks} ranks over {results.backend}, at least {results.iterations} timed "
+            "iterations per point; time: launched in a host loop"
+            + ("; graph: the same operations replayed from a CUDA graph" if graph else ""))
+    return head + "\n" + tabulate(rows, headers=headers, disable_numparse=True)

@@ -38,6 +38,9 @@ class FabricSpec(BaseModel):
         "buffer; all-gather: the gathered output; reduce-scatter: the input; all-to-all: each "
         "rank's send buffer; send/recv: what each rank sends), bytes; rounded down per op to a "
         "multiple of ranks x 4 bytes (fp32 elements).")
+    graph: bool = Field(
+        True, description="On CUDA devices, also time each point's operations replayed from a "
+        "CUDA graph (nccl-tests' -G); CPU ranks time the host loop only.")
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:

@@ -1,16 +1,16 @@
 """Entry point of one fabric rank: ``python -m kit.fabric.worker STAGING_DIR``.
 
 Started by the same launcher as training ranks (kit.launch.local), it reads the resolved
-config, and for each collective and size runs ``warmup`` untimed and ``steps`` timed
-operations between two barriers, the device synchronized at both ends. Every rank's mean time
-is all-reduced; rank 0 writes ``fabric.json`` into the staging folder, so the bundle carries
-it. Each rank writes its :class:`~kit.launch.rankfile.RankResult` (no steps) as training ranks
+config, and for each collective and size runs ``warmup`` untimed and at least ``steps`` timed
+operations in a host loop and, on CUDA devices, the same operations replayed from a CUDA graph
+(kit.fabric.timing). Every rank's mean times are all-reduced; rank 0 reports each point as it
+goes (the launcher prints it) and writes ``fabric.json`` into the staging folder, so the bundle
+carries it. Each rank writes its :class:`~kit.launch.rankfile.RankResult` (no steps) as training ranks
 do, so the launcher and the bundle see how it ended.
 """
 
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +20,10 @@ import torch.distributed as dist
 
 from kit.atomic_write import write_atomic
 from kit.fabric.bandwidth import algbw_gbps, busbw_gbps, message_bytes
+from kit.fabric.progress import report_point
 from kit.fabric.results import RESULTS_NAME, FabricPoint, FabricResults
 from kit.fabric.spec import CollectiveOp, FabricSpec
+from kit.fabric.timing import GRAPH_NCCL_ENV, iterations_for, time_cuda_graph, time_host_loop
 from kit.launch.rankfile import RankResult, read_config, write_rank_result
 
 
@@ -52,19 +54,25 @@ def _operation(op: CollectiveOp, size: int, rank: int, world: int,
     return send_recv
 
 
-def _measure(fn: Callable[[], None], warmup: int, iters: int, sync: Callable[[], None],
-             barrier: Callable[[], object]) -> tuple[float, float, float]:
-    """(mean seconds per op, start, end) of ``iters`` ops after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    barrier()
-    t0 = time.time()
-    for _ in range(iters):
-        fn()
-    sync()
-    t1 = time.time()
-    return (t1 - t0) / iters, t0, t1
+def _point(op: CollectiveOp, size: int, iters: int, loop: tuple[float, float, float],
+           graph_s: float | None, world: int, device: torch.device) -> FabricPoint:
+    """One point from this rank's means: averaged over ranks (sum / n) and their slowest."""
+    mean, t0, t1 = loop
+    mine = [mean, graph_s or 0.0]
+    total = torch.tensor(mine, dtype=torch.float64, device=device)
+    slowest = torch.tensor(mine, dtype=torch.float64, device=device)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    avg, graph_avg = (x / world for x in total.tolist())
+    graph_max = slowest[1].item()
+    graph = graph_s is not None
+    return FabricPoint(
+        op=op, size_bytes=size, iterations=iters, time_s=avg, time_s_max=slowest[0].item(),
+        algbw_gbps=algbw_gbps(size, avg), busbw_gbps=busbw_gbps(op, size, avg, world),
+        graph_time_s=graph_avg if graph else None, graph_time_s_max=graph_max if graph else None,
+        graph_algbw_gbps=algbw_gbps(size, graph_avg) if graph else None,
+        graph_busbw_gbps=busbw_gbps(op, size, graph_avg, world) if graph else None,
+        t_start=t0, t_end=t1)
 
 
 def run_rank(staging: Path) -> int:
@@ -82,6 +90,9 @@ def run_rank(staging: Path) -> int:
         if not cpu:
             torch.cuda.set_device(device)
         backend = "gloo" if cpu else "nccl"
+        graph = spec.graph and not cpu
+        if graph:
+            os.environ.setdefault(*GRAPH_NCCL_ENV)
         dist.init_process_group(backend, rank=rank, world_size=world)
         sync = (lambda: None) if cpu else torch.cuda.synchronize
         # NCCL's barrier must be told the rank's device, or it guesses (and may hang)
@@ -90,20 +101,20 @@ def run_rank(staging: Path) -> int:
         for op in spec.ops:
             for requested in spec.sizes_bytes:
                 size = message_bytes(op, requested, world)
+                iters = iterations_for(size, cfg.steps)
                 fn = _operation(op, size, rank, world, device)
-                mean, t0, t1 = _measure(fn, cfg.warmup, cfg.steps, sync, barrier)
-                times = torch.tensor([mean, mean], dtype=torch.float64, device=device)
-                dist.all_reduce(times[:1], op=dist.ReduceOp.SUM)
-                dist.all_reduce(times[1:], op=dist.ReduceOp.MAX)
-                avg, slowest = times[0].item() / world, times[1].item()
-                points.append(FabricPoint(
-                    op=op, size_bytes=size, time_s=avg, time_s_max=slowest,
-                    algbw_gbps=algbw_gbps(size, avg), busbw_gbps=busbw_gbps(op, size, avg, world),
-                    t_start=t0, t_end=t1))
-                print(f"rank {rank}: {op} {size} B {avg * 1e6:.1f} us", flush=True)
+                loop = time_host_loop(fn, cfg.warmup, iters, sync, barrier)
+                graph_s = time_cuda_graph(fn, iters, barrier) if graph else None
+                point = _point(op, size, iters, loop, graph_s, world, device)
+                points.append(point)
+                print(f"rank {rank}: {op} {size} B x{iters}: {point.time_s * 1e6:.1f} us"
+                      + (f", graph {point.graph_time_s * 1e6:.1f} us" if graph_s else ""),
+                      flush=True)
+                if rank == 0:
+                    report_point(staging, point)
         if rank == 0:
             results = FabricResults(ranks=world, backend=backend, iterations=cfg.steps,
-                                    warmup=cfg.warmup, points=points)
+                                    warmup=cfg.warmup, graph=graph, points=points)
             write_atomic(staging / RESULTS_NAME, lambda tmp: tmp.write_text(
                 results.model_dump_json(indent=1) + "\n", encoding="utf-8"), fsync=True)
         result.status = "ok"

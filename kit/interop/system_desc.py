@@ -12,6 +12,7 @@ described only because of ``--allow-unverified`` says so, and what failed, in ``
 from typing import Any
 
 from kit.bundle.reader import Bundle
+from kit.engines import engine_packages
 from kit.bundle.schema import Manifest, NodeInventory
 from kit.interop.mllog_constants import OPEN
 
@@ -49,10 +50,12 @@ def _gib(n_bytes: float | None) -> str:
     return f"{n_bytes / 2**30:.0f} GiB" if n_bytes else ""
 
 
-def _framework(node: NodeInventory) -> str:
-    """Engine and torch versions, e.g. ``megatron-core 0.16.0, PyTorch 2.13.0 (CUDA 13.0)``."""
+def _framework(node: NodeInventory, engine: str) -> str:
+    """The run's engine and torch versions, e.g. ``megatron-core 0.16.0, PyTorch 2.13.0 (CUDA
+    13.0)``: the other engines installed beside it trained nothing."""
+    used, _ = engine_packages(engine)
     engines = [f"{name} {v}" for name, v in sorted(node.engine_versions.items())
-               if name != "zeus"]
+               if name in used or (not used and name != "zeus")]
     runtime = (f"CUDA {node.cuda}" if node.cuda
                else f"ROCm {node.rocm}" if node.rocm else "CPU")
     torch = [f"PyTorch {node.torch} ({runtime})"] if node.torch else []
@@ -83,7 +86,10 @@ def system_description(bundle: Bundle, submitter: str) -> dict[str, Any]:
     memory = gpu.get("memory_total_bytes") or (
         platform["memory_per_device_gib"] * 2**30 if gpus else None
     )
-    software = {"python": node.python, **node.engine_versions}
+    engine = manifest.config.get("engine", "")
+    _, unused = engine_packages(engine)
+    software = {"python": node.python,
+                **{k: v for k, v in node.engine_versions.items() if k not in unused}}
     software.update({k: v for k in ("driver", "cuda", "rocm") if (v := getattr(node, k))})
     sw_notes = [f"charllm-kit {manifest.kit_version}", "synthetic tokens",
                 f"bundle schema v{manifest.schema_version}"]
@@ -107,7 +113,7 @@ def system_description(bundle: Bundle, submitter: str) -> dict[str, Any]:
         "accelerator_memory_capacity": _gib(memory),
         "accelerator_interconnect": _interconnects(platform, "intra_node") if gpus else "",
         "hw_notes": "; ".join(n for n in hw_notes if n),
-        "framework": _framework(node),
+        "framework": _framework(node, engine),
         "other_software_stack": software,
         "sw_notes": "; ".join(sw_notes),
     }

@@ -23,7 +23,7 @@ import psutil
 
 from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
-from kit.errors import KitInputError, RunNotPublished
+from kit.errors import KitInputError
 from kit.launch.clock import ClockOffset, measure_clock, serve_clock
 from kit.launch.elastic import launch_elastic
 from kit.launch.inventory import node_inventory
@@ -42,6 +42,7 @@ from kit.launch.rendezvous import NodeLink, NodeRole
 from kit.launch.session import (
     SessionResult,
     missing_reason,
+    not_published,
     progress_watcher,
     sample_and_launch,
     telemetry_plan,
@@ -268,10 +269,10 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
         path, summary = assemble_bundle(staging, cfg, command, end, report,
                                         missing_reason(missing_why, report, notes), nodes, job)
     except OSError as e:
-        link.put("status", json.dumps({"status": "failed", "error": str(e), "bundle": "",
-                                       "summary": {}}))
-        raise RunNotPublished(f"{e}; the run's data stays in {staging.path}: fix that, then "
-                              f"run `charllm-kit bundle recover {staging.path}`") from e
+        unpublished = not_published(e, staging)
+        link.put("status", json.dumps({"status": "failed", "error": str(unpublished),
+                                       "bundle": "", "summary": {}}))
+        raise unpublished from e
     link.put("status", json.dumps({"status": end.status, "error": end.error,
                                    "bundle": str(path.resolve()), "summary": summary}))
     for k in range(1, role.nodes):  # the store lives in this process: let them read it first

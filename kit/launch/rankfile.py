@@ -9,6 +9,7 @@ steps as they end: a rank killed before its exit leaves the steps it ran, and th
 shows progress from rank 0's).
 """
 
+import errno
 import json
 import os
 import socket
@@ -27,7 +28,8 @@ RANKS_DIR = "ranks"
 LAUNCHER_FILE = "launcher.json"
 NODES_DIR = "nodes"
 AGENTS_DIR = "agents"
-SCRATCH = (CONFIG_FILE, RANKS_DIR, LAUNCHER_FILE, NODES_DIR, AGENTS_DIR)
+UNPUBLISHED_MARK = "unpublished"
+SCRATCH = (CONFIG_FILE, RANKS_DIR, LAUNCHER_FILE, NODES_DIR, AGENTS_DIR, UNPUBLISHED_MARK)
 """What the launcher and ranks exchange in a staging folder; not part of the bundle."""
 
 
@@ -299,3 +301,30 @@ def read_node_record(staging: Path, node: int) -> NodeRecord | None:
     data = json.loads(path.read_text())
     data["exits"] = {int(r): v for r, v in data["exits"].items()}
     return NodeRecord(**data)
+
+
+def mark_unpublished(staging: Path, error: OSError) -> None:
+    """Leave in ``staging`` why the launcher could not publish its bundle (best effort).
+
+    The mark is a symbolic link whose target is the error's name (``ENOSPC``): a short link
+    lives in its inode, so it fits on the full disk that stopped the bundle, where a file's
+    content would not. ``bundle recover`` reads it (:func:`unpublished_reason`).
+    """
+    name = errno.errorcode.get(error.errno or 0)
+    if name is None:
+        return
+    try:
+        os.symlink(name, staging / UNPUBLISHED_MARK)
+    except OSError:
+        pass
+
+
+def unpublished_reason(staging: Path) -> str | None:
+    """Why the launcher could not publish (e.g. ``no space left on device``), or None."""
+    try:
+        code = getattr(errno, os.readlink(staging / UNPUBLISHED_MARK), None)
+    except OSError:
+        return None
+    if not isinstance(code, int):
+        return None
+    return "no space left on device" if code == errno.ENOSPC else os.strerror(code).lower()

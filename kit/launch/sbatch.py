@@ -9,9 +9,11 @@ asked for, the agents started in it by pyxis/enroot (``srun --container-image``)
 
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 from typing import Literal, get_args
@@ -38,8 +40,9 @@ class JobOptions:
         partition: ``--partition``; None: the cluster's default.
         account: ``--account``; None: the user's default.
         time: ``--time`` as Slurm takes it (``HH:MM:SS``, ``D-HH``, minutes).
-        runtime: Container runtime; None: pyxis when the platform names a ``container_image``,
-            else none.
+        runtime: Container runtime; None: pyxis when the platform names a ``container_image``
+            and this host's srun has pyxis (or there is no srun here to ask), else none
+            (:func:`job_runtime`).
         image: The image; None: the platform's ``container_image``.
         job_name: ``--job-name``; None: ``charllm-<workload>``.
     """
@@ -68,12 +71,69 @@ def absolute_files(req: RunRequest) -> RunRequest:
     return req.model_copy(update=update)
 
 
+@lru_cache(maxsize=1)
+def srun_has_pyxis() -> bool | None:
+    """Whether this host's srun can start a container (pyxis); None where there is no srun.
+
+    Pyxis is a SPANK plugin of srun: where it is loaded, ``srun --help`` lists its
+    ``--container-image`` option. An srun without it fails a job that uses it within a second.
+    """
+    try:
+        r = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return "--container-image" in r.stdout + r.stderr
+
+
+NO_PYXIS = "this host's srun has no pyxis (no --container-image option)"
+
+
+def job_runtime(cfg: RunConfig, job: JobOptions,
+                submitting: bool = False) -> tuple[JobRuntime, str | None]:
+    """The runtime the job's node agents start in, and a line for the user when it is not the
+    platform's image although the platform names one, or cannot work from here.
+
+    Without ``--container-runtime``: pyxis when the platform names a ``container_image``, unless
+    this host's srun has no pyxis: then none (this Python on the nodes), said in the line.
+
+    Raises:
+        KitInputError: ``submitting`` a job that asks for pyxis where srun has none: it would
+            fail at once.
+    """
+    no_pyxis = srun_has_pyxis() is False
+    if job.runtime is not None:
+        if job.runtime == "pyxis" and no_pyxis:
+            why = (f"{NO_PYXIS}: a job using it fails at once; use --container-runtime "
+                   "apptainer or none")
+            if submitting:
+                raise KitInputError(f"--container-runtime pyxis: {why}")
+            return "pyxis", why
+        return job.runtime, None
+    if not cfg.platform.container_image:
+        return "none", None
+    if no_pyxis:
+        return "none", (f"{NO_PYXIS}: the job runs this Python on the nodes, not the "
+                        f"{cfg.platform.name} platform's image {cfg.platform.container_image} "
+                        "(--container-runtime apptainer runs that)")
+    return "pyxis", None
+
+
+def sweep_runtime_note(runtime: str | None) -> str | None:
+    """The line ``sweep --launcher slurm`` says once when its jobs cannot start the platforms'
+    images with pyxis from here (:func:`job_runtime` decides per point)."""
+    if runtime not in (None, "pyxis") or srun_has_pyxis() is not False:
+        return None
+    return f"{NO_PYXIS}: " + ("jobs using it fail at once" if runtime else
+                              "points whose platform names a container_image run this Python "
+                              "on the nodes instead")
+
+
 def _agent_command(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
                    force: bool) -> list[str]:
     """What each srun task runs: ``charllm-kit run`` of ``req``, in the container if asked."""
     run_args = ["run", req.workload, *model_argv(req, skip=("workload",)), "--out", str(out),
                 *(["--force"] if force else [])]
-    runtime = job.runtime or ("pyxis" if cfg.platform.container_image else "none")
+    runtime, _ = job_runtime(cfg, job)
     if runtime == "none":
         return [*srun_agents(cfg.nodes), sys.executable, "-m", "kit", *run_args]
     image = job.image or cfg.platform.container_image

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
@@ -27,6 +27,7 @@ from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
     marks_path,
+    mark_unpublished,
     read_rank_result,
     steps_log_path,
     write_config,
@@ -38,6 +39,9 @@ from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
+
+if TYPE_CHECKING:
+    from kit.fabric.progress import FabricProgress
 
 SAMPLER_STOP_TIMEOUT_S = 10.0
 """How long the sampler may take to write its last chunk and report once asked to stop."""
@@ -85,7 +89,7 @@ def sample_and_launch(
     chunks_dir: Path,
     node: int,
     launch: Callable[[Callable[[], None]], LaunchOutcome],
-    watcher: ProgressWatcher | None,
+    watcher: "ProgressWatcher | FabricProgress | None",
     watchdog: StallWatchdog | None = None,
     marks: Marks | None = None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
@@ -142,9 +146,16 @@ def sample_and_launch(
     return outcome, report, notes, launch_error
 
 
-def progress_watcher(cfg: RunConfig, staging: Path) -> ProgressWatcher:
-    """Progress of rank 0's start-up and steps, as the launcher shows it."""
+def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | FabricProgress":
+    """Progress of rank 0's start-up and steps (or a fabric run's points), as the launcher
+    shows it."""
+    from kit.fabric.progress import FabricProgress
+    from kit.fabric.spec import FabricSpec
+
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
+    if isinstance(cfg.workload, FabricSpec):
+        return FabricProgress(staging, cfg.workload, label, cfg.world_size,
+                              cfg.workload.graph and not cfg.platform.is_cpu)
     return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
                            marks_path(staging, 0))
 
@@ -208,7 +219,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
                                             missing_reason(missing_why, report, notes),
                                             launcher_marks=marks.times)
         except OSError as e:
-            raise RunNotPublished(_not_published(e, staging)) from e
+            raise not_published(e, staging) from e
     return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg,
                          timing=_timing(path, results))
 
@@ -224,9 +235,11 @@ def _timing(bundle: Path, results: list[Any]) -> str | None:
     return describe(life, published - max(last) if last else None) or None
 
 
-def _not_published(e: OSError, staging: BundleStaging) -> str:
-    """One line: what could not be written, why, and how to publish the run later."""
+def not_published(e: OSError, staging: BundleStaging) -> RunNotPublished:
+    """The error of a bundle that could not be written: one line saying what, why and how to
+    publish the run later; the staging folder is marked with why, for ``bundle recover``."""
+    mark_unpublished(staging.path, e)
     why = "no space left on device" if e.errno == errno.ENOSPC else (e.strerror or str(e))
     where = e.filename or staging.path
-    return (f"{where}: {why}; the run's data stays in {staging.path}: fix that, then run "
-            f"`charllm-kit bundle recover {staging.path}`")
+    return RunNotPublished(f"{where}: {why}; the run's data stays in {staging.path}: fix that, "
+                           f"then run `charllm-kit bundle recover {staging.path}`")

@@ -15,6 +15,9 @@ from kit.errors import KitInputError
 from kit.launch.sbatch import job_output
 
 POLL_S = 2.0
+EARLY_CHECK_S = 5.0
+"""How long ``submit`` watches a job it did not follow, for one that fails as it starts (a
+container srun cannot start, a Python missing on the nodes)."""
 
 
 def submit_job(script: str) -> str:
@@ -105,3 +108,42 @@ def follow_job(job_id: str, out: Path, progress: Callable[[str], None],
             shown = (name, tail)
         time.sleep(poll_s)
     return find_bundle(out, job_id)
+
+
+def job_end(job_id: str) -> str:
+    """How an ended job ended, as Slurm's controller still knows it: ``FAILED (exit code
+    1:0)``; ``ended`` once the controller has forgotten it."""
+    try:
+        r = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "ended"
+    fields = dict(f.split("=", 1) for f in r.stdout.split() if "=" in f)
+    state = fields.get("JobState")
+    if not state:
+        return "ended"
+    return state + (f" (exit code {fields['ExitCode']})" if "ExitCode" in fields else "")
+
+
+def early_failure(job_id: str, out: Path, check_s: float = EARLY_CHECK_S,
+                  poll_s: float = 0.5) -> str | None:
+    """Watch job ``job_id`` for ``check_s``: why it already failed, or None.
+
+    A job that ended with a bundle is judged by the bundle (a short run may end ok); one that
+    ended without, by Slurm's state and the last line of its output.
+    """
+    deadline = time.monotonic() + check_s
+    while job_state(job_id) is not None:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(poll_s)
+    bundle = find_bundle(out, job_id)
+    if bundle is not None:
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        if manifest["status"] == "ok":
+            return None
+        return f"job {job_id} ended {manifest['status']}: {manifest['error']}; bundle {bundle}"
+    output = job_output(out, job_id)
+    tail = _last_line(output)
+    return (f"job {job_id} {job_end(job_id)} within seconds, without a bundle"
+            + (f": {tail}" if tail else "") + f"; see {output}")

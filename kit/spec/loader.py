@@ -18,14 +18,21 @@ M = TypeVar("M", bound=BaseModel)
 def describe_validation_error(err: ValidationError, skip: Collection[str] = ()) -> str:
     """Condense a pydantic error into one line: ``field: message; field: message``.
 
-    Errors under a top-level field named in ``skip`` are left out ("" if that is all of them).
+    Missing fields come first, named together (``missing fields: a, b``) rather than one
+    "Field required" each. Errors under a top-level field named in ``skip`` are left out
+    ("" if that is all of them).
     """
-    parts = []
+    missing, parts = [], []
     for e in err.errors():
         if e["loc"] and e["loc"][0] in skip:
             continue
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        parts.append(f"{loc}: {e['msg']}")
+        if e["type"] == "missing":
+            missing.append(loc)
+        else:
+            parts.append(f"{loc}: {e['msg']}")
+    if missing:
+        parts.insert(0, f"missing field{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
     return "; ".join(parts)
 
 

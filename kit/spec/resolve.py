@@ -93,11 +93,12 @@ class RunRequest(BaseModel):
         None, pattern=r"^\d+(:\d+)?$",
         description="Steps to profile, A:B over step numbers as in steps.parquet (0 = the first "
         "warmup step): A up to B-1, like a Python range; A alone is one step. Default: the last "
-        "warmup step (step 0 without warmup). Implies --profile.")
+        "warmup step (step 0 without warmup). Implies --profile.",
+        json_schema_extra={"form": "A:B or A (step numbers, e.g. 2:4)"})
     profile_ranks: str | None = Field(
         None, pattern=r"^\d+(,\d+)*$",
         description="Ranks that profile, comma-separated (e.g. 0,3); default: every rank. "
-        "Implies --profile.")
+        "Implies --profile.", json_schema_extra={"form": "R or R,R,... (ranks, e.g. 0,3)"})
     chakra: bool = Field(
         False, description="With the Kineto trace, record PyTorch's execution trace of the "
         "profiled steps and, when MLCommons Chakra is installed, link and convert both into "

@@ -134,6 +134,8 @@ def run_sweep(
     With ``job``, each point is one Slurm job of ``--launcher slurm`` (kit.sweep.jobs): all are
     submitted, then followed in turn; the nodes, not this host, need the platform.
 
+    ``resume`` of a folder that holds no sweep yet starts it (and says so).
+
     Raises:
         KitInputError: The folder exists and ``resume`` is off, no point can run on this
             host, a point folder was run with other settings, or sbatch refused a job.
@@ -144,9 +146,10 @@ def run_sweep(
     if (folder / INDEX_FILE).exists() and not resume:
         raise KitInputError(f"sweep folder {folder} exists; pass --resume to continue it, "
                             "or --out another directory")
-    if resume and not (folder / INDEX_FILE).is_file():
-        raise KitInputError(f"nothing to resume: {folder} has no {INDEX_FILE}; check --out, or "
-                            "leave out --resume to start the sweep")
+    if resume and not (folder / INDEX_FILE).is_file():  # a job script that always resumes
+        progress(f"sweep {spec.name}: nothing to resume in {folder} (no {INDEX_FILE}): "
+                 "starting it")
+        resume = False
     plan = plan_sweep(spec, require_present=job is None)
     runnable = [p for p in plan if p.valid]
     if not runnable:

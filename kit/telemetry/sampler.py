@@ -31,6 +31,7 @@ Typical use::
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -256,13 +257,19 @@ def _sampler_main(cfg: _ChildConfig, conn: Connection) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     loop = _SamplerLoop(cfg)
     try:
-        if loop.report.sources:
-            loop.run(conn, wake_r)
-    except Exception as e:
-        loop.record(time.time(), "sampler", "", e)
-        raise
-    finally:
-        loop.finish(started_mono)
+        try:
+            if loop.report.sources:
+                loop.run(conn, wake_r)
+        except Exception as e:
+            loop.record(time.time(), "sampler", "", e)
+            raise
+        finally:
+            loop.finish(started_mono)
+    except OSError:
+        # A chunk or the report could not be written (a full disk): the chunks written stay,
+        # and the launcher, which cannot write either, names the file in one line. A traceback
+        # here (one per failed write, chained) would bury that line.
+        sys.exit(1)
 
 
 class TelemetrySampler:

@@ -22,6 +22,7 @@ class DeepSpeedSpec(EngineSpec):
     speed_features = SPEED_FEATURES
     requires = {"deepspeed": "./run.sh installs it, or run DS_BUILD_OPS=0 pip install "
                              "--no-build-isolation -e '.[deepspeed]'"}
+    packages = ("deepspeed",)
     options = {
         "zero": "--zero is a DeepSpeed stage; use --engine deepspeed or --dist-optimizer",
         "offload": _OFFLOAD,

@@ -19,6 +19,7 @@ class MegatronSpec(EngineSpec):
 
     name = "megatron"
     speed_features = SPEED_FEATURES
+    packages = ("megatron-core", "transformer-engine")
     options = {
         "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
         "fsdp": "--fsdp is megatron's; with --engine deepspeed use --zero 3",
