@@ -10,8 +10,8 @@ measured is ``None`` (shown as ``n/a``), never 0. Every bundle is verified (each
 each schema checked) before it is used; the figures come from ``manifest.json`` and
 ``metrics.json`` alone. A projection file (``charllm-kit project``, kit.project.file) is read
 in place of a bundle: it is a group of its own, marked projected, and its figures' range is the
-projection's interval instead of repeats'. A sweep folder given among the bundles stands for its bundles
-(:mod:`kit.analysis.inputs`).
+projection's interval instead of repeats'. A sweep folder given among the bundles stands for
+its bundles (:mod:`kit.analysis.inputs`).
 
 Against a baseline, a metric is related by a ratio where a ratio means something (throughput,
 time, energy, power, memory) and by a difference elsewhere: degrees C for temperatures,

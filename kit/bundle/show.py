@@ -4,14 +4,13 @@
 refusing it for a missing ``manifest.json``.
 """
 
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from kit.bundle.reader import Bundle, read_bundle
+from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS
-from kit.sweep.folder import SweepFolder, read_sweep_folder
+from kit.sweep.folder import SweepFolder
 
 _FRACTIONS = frozenset({"mfu", "clock_sm_frac_of_max", "throttle_frac"})
 _LAYOUT = ("tp", "pp", "dp", "cp", "ep")
@@ -120,14 +119,3 @@ def format_sweep_folder(sweep: SweepFolder) -> str:
             "or give the folder to `compare` or `report`, where it stands for its bundles.\n\n"
             + tabulate(rows, headers=("point", "status", "bundle (or reason)"),
                        disable_numparse=True))
-
-
-def show_path(path: Path) -> str:
-    """``bundle show``: the bundle at ``path`` summarized, or what a sweep folder holds.
-
-    Raises:
-        BundleError: ``path`` is neither a readable bundle nor a sweep folder.
-        KitInputError: A sweep folder whose ``sweep.json`` is not a sweep index.
-    """
-    sweep = read_sweep_folder(path)
-    return format_sweep_folder(sweep) if sweep is not None else format_bundle(read_bundle(path))

@@ -5,10 +5,10 @@ import json
 import sys
 from pathlib import Path
 
-from kit.lifecycle import NEXT_RANK_PHASE, read_marks
-
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kit.lifecycle import NEXT_RANK_PHASE, read_marks
 
 
 class ProgressWatcher:

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import RunNotPublished
-from kit.lifecycle import Marks, describe, launcher_start_time
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
 from kit.launch.rankfile import (
-    marks_path,
     mark_unpublished,
+    marks_path,
     read_rank_result,
     steps_log_path,
     write_config,
@@ -35,6 +34,7 @@ from kit.launch.rankfile import (
 )
 from kit.launch.signals import SignalCounter
 from kit.launch.watchdog import StallWatchdog, stall_end, stall_watchdog
+from kit.lifecycle import Marks, describe, launcher_start_time
 from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError

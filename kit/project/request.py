@@ -9,6 +9,7 @@ memory estimate comes with it.
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -6,7 +6,6 @@ from kit.spec import visible_devices
 from kit.spec.loader import load_platform, platform_names
 from kit.spec.platform import PlatformSpec
 
-
 SOURCE_VENDORS: dict[str, str] = {"nvml": "nvidia", "amdsmi": "amd"}
 """Telemetry backends that list a vendor's accelerators, for its visible-device variables."""
 

@@ -49,7 +49,8 @@ def zero3_options(cfg: RunConfig) -> dict[str, Any]:
     """
     memory = cfg.platform.memory_per_device_gib
     params = params_count(cfg.workload)
-    if cfg.platform.is_cpu or memory is None or 2 * params > KEEP_GATHERED_MEMORY_FRAC * memory * GiB:
+    if cfg.platform.is_cpu or memory is None or (
+            2 * params > KEEP_GATHERED_MEMORY_FRAC * memory * GiB):
         return {}
     return {
         "stage3_max_live_parameters": params,
