@@ -6,8 +6,7 @@ operations in a host loop and, on CUDA devices, the same operations replayed fro
 (kit.fabric.timing). Every rank's mean times are all-reduced; rank 0 reports each point as it
 goes (the launcher prints it) and writes ``fabric.json`` into the staging folder, so the bundle
 carries it. Each rank writes its :class:`~kit.launch.rankfile.RankResult` (no steps) as training
-ranks
-do, so the launcher and the bundle see how it ended.
+ranks do, so the launcher and the bundle see how it ended.
 """
 
 import os
