@@ -68,6 +68,10 @@ class FabricProgress:
                   f"x{p.iterations}: {p.time_s * 1e6:.1f} us{graph}, busbw "
                   f"{p.busbw_gbps:.3f} GB/s", file=sys.stderr, flush=True)
 
+    def say(self, info: str) -> None:
+        """Say what the run is doing now (the launcher's teardown)."""
+        print(f"{self.label}: {info}", file=sys.stderr, flush=True)
+
     def close(self) -> None:
         """Print what is left."""
         self.poll()
