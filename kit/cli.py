@@ -83,13 +83,16 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     result = launch_run(cfg, req, out, command=sys.argv)
     if result is None:
         _unknown_end(out)
-    if as_json:
-        click.echo(json.dumps({"status": result.status, "error": result.error,
-                               "bundle": str(result.bundle.resolve()),
-                               "summary": result.summary}))
-    else:
-        print_summary(result)
-        click.echo(str(result.bundle.resolve()))
+    from kit.launch.signals import SignalCounter
+
+    with SignalCounter():  # a stop request that comes after publication must not cut the
+        if as_json:        # result's last line (the bundle path) short
+            click.echo(json.dumps({"status": result.status, "error": result.error,
+                                   "bundle": str(result.bundle.resolve()),
+                                   "summary": result.summary}))
+        else:
+            print_summary(result)
+            click.echo(str(result.bundle.resolve()))
     if result.status != "ok":
         sys.exit(1)
 

@@ -48,8 +48,9 @@ def test_fabric_through_run_sh_says_what_it_measures_as_it_goes(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert lines[0] == ("fabric on cpu x2: starting 2 ranks to time all_reduce, send_recv at 2 "
                         "size(s), 4 KiB to 64 KiB, in a host loop: 4 points")
-    points = [ln.split(": ", 1)[1] for ln in lines[1:]]
+    points = [ln.split(": ", 1)[1] for ln in lines[1:-1]]
     assert [p.split(":")[0] for p in points] == [
         "1/4 all_reduce 4 KiB x50", "2/4 all_reduce 64 KiB x50", "3/4 send_recv 4 KiB x50",
         "4/4 send_recv 64 KiB x50"]
+    assert lines[-1] == "fabric on cpu x2: ranks done; stopping telemetry, writing the bundle"
     assert "iters" in r.stdout.splitlines()[1] and "graph" not in r.stdout

@@ -8,7 +8,8 @@ from kit.spec.workload import WorkloadSpec
 WORKLOADS = {
     "gpt3-175b", "gpt3-13b", "gpt3-2.7b", "gpt3-1.3b", "gpt3-small", "gpt3-tiny",
     "mixtral-tiny", "llama3-8b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b",
-    "mixtral-8x7b-4l", "llama3-8b-8l",
+    "mixtral-8x7b-4l", "llama3-8b-8l", "gpt3-175b-4l", "gpt3-175b-8l", "llama3-70b-8l",
+    "mixtral-8x22b-4l",
 }
 PLATFORMS = {"cpu", "h100", "h200", "mi250"}
 
@@ -27,6 +28,10 @@ PUBLISHED = {
     "mixtral-tiny": (2, 128, 8, 4, 256, 128, 1024, 4, 2),
     "mixtral-8x7b-4l": (4, 4096, 32, 8, 14336, 4096, 32000, 8, 2),  # mixtral-8x7b, 4 layers
     "llama3-8b-8l": (8, 4096, 32, 8, 14336, 8192, 128256, None, None),  # llama3-8b, 8 layers
+    "gpt3-175b-4l": (4, 12288, 96, None, 49152, 2048, 50257, None, None),  # gpt3-175b, 4 layers
+    "gpt3-175b-8l": (8, 12288, 96, None, 49152, 2048, 50257, None, None),  # gpt3-175b, 8 layers
+    "llama3-70b-8l": (8, 8192, 64, 8, 28672, 8192, 128256, None, None),  # llama3-70b, 8 layers
+    "mixtral-8x22b-4l": (4, 6144, 48, 8, 16384, 4096, 32768, 8, 2),  # mixtral-8x22b, 4 layers
 }
 
 
