@@ -12,8 +12,8 @@ described only because of ``--allow-unverified`` says so, and what failed, in ``
 from typing import Any
 
 from kit.bundle.reader import Bundle
-from kit.engines import engine_packages
 from kit.bundle.schema import Manifest, NodeInventory
+from kit.engines import engine_packages
 from kit.interop.mllog_constants import OPEN
 
 SYSTEM_DESC_FIELDS: tuple[str, ...] = (
