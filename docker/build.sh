@@ -64,7 +64,7 @@ build() {  # build DOCKERFILE TAG NAME=VALUE... (build arguments)
 }
 
 if [[ $flavour == cpu ]]; then
-  torch_base=$(local_name "${tag%:*}-torch:cpu")  # charllm-kit-torch:cpu for the default tag
+  torch_base=$(local_name charllm-kit-torch:cpu)
   args=("DEBIAN=$base")
   [[ -n $wheels ]] && args+=(PIP_EXTRA_INDEX_URL=)  # torch from the wheels folder alone
   build docker/Dockerfile.torch-cpu "$torch_base" "${args[@]}"

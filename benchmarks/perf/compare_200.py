@@ -27,6 +27,7 @@ TARGET_S = 5.0
 
 
 def main() -> int:
+    """Time compare of hard-linked copies; exit 1 when it fails."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundles", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)

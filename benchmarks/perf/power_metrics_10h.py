@@ -18,6 +18,7 @@ from tests.test_power_metrics import synthetic
 
 
 def main() -> None:
+    """Time attribution and device metrics of the synthetic run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2_000_000)
     args = parser.parse_args()

@@ -57,9 +57,9 @@ def resolve_fabric(req: FabricRequest) -> RunConfig:
         raise KitInputError(f"--sizes: {e}") from None
     return RunConfig(
         workload=FabricSpec(ops=ops, sizes_bytes=sizes, graph=req.graph), platform=spec,
-        nodes=req.nodes,
-        launcher=req.launcher, devices_per_node=devices, parallel=ParallelConfig(dp=ranks),
-        optim=OptimizationConfig(), micro_batch_size=1, global_batch_size=ranks,
+        nodes=req.nodes, launcher=req.launcher, devices_per_node=devices,
+        parallel=ParallelConfig(dp=ranks), optim=OptimizationConfig(), micro_batch_size=1,
+        global_batch_size=ranks,
         dtype=spec.dtype, steps=req.iters, warmup=req.warmup,
         telemetry_interval_ms=req.telemetry_interval_ms,
     )

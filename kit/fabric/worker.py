@@ -5,8 +5,8 @@ config, and for each collective and size runs ``warmup`` untimed and at least ``
 operations in a host loop and, on CUDA devices, the same operations replayed from a CUDA graph
 (kit.fabric.timing). Every rank's mean times are all-reduced; rank 0 reports each point as it
 goes (the launcher prints it) and writes ``fabric.json`` into the staging folder, so the bundle
-carries it. Each rank writes its :class:`~kit.launch.rankfile.RankResult` (no steps) as training
-ranks do, so the launcher and the bundle see how it ended.
+carries it. Each rank writes its :class:`~kit.launch.rankfile.RankResult` (no steps) as
+training ranks do, so the launcher and the bundle see how it ended.
 """
 
 import os
@@ -54,25 +54,30 @@ def _operation(op: CollectiveOp, size: int, rank: int, world: int,
     return send_recv
 
 
-def _point(op: CollectiveOp, size: int, iters: int, loop: tuple[float, float, float],
-           graph_s: float | None, world: int, device: torch.device) -> FabricPoint:
-    """One point from this rank's means: averaged over ranks (sum / n) and their slowest."""
-    mean, t0, t1 = loop
-    mine = [mean, graph_s or 0.0]
-    total = torch.tensor(mine, dtype=torch.float64, device=device)
-    slowest = torch.tensor(mine, dtype=torch.float64, device=device)
+def _over_ranks(values: list[float], world: int,
+                device: torch.device) -> tuple[list[float], list[float]]:
+    """Each of this rank's ``values`` averaged over the ranks (sum / n), and their maximum."""
+    total = torch.tensor(values, dtype=torch.float64, device=device)
+    slowest = total.clone()
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    avg, graph_avg = (x / world for x in total.tolist())
-    graph_max = slowest[1].item()
-    graph = graph_s is not None
-    return FabricPoint(
-        op=op, size_bytes=size, iterations=iters, time_s=avg, time_s_max=slowest[0].item(),
-        algbw_gbps=algbw_gbps(size, avg), busbw_gbps=busbw_gbps(op, size, avg, world),
-        graph_time_s=graph_avg if graph else None, graph_time_s_max=graph_max if graph else None,
-        graph_algbw_gbps=algbw_gbps(size, graph_avg) if graph else None,
-        graph_busbw_gbps=busbw_gbps(op, size, graph_avg, world) if graph else None,
-        t_start=t0, t_end=t1)
+    return [x / world for x in total.tolist()], slowest.tolist()
+
+
+def _point(op: CollectiveOp, size: int, iters: int, loop: tuple[float, float, float],
+           graph_s: float | None, world: int, device: torch.device) -> FabricPoint:
+    """One point from this rank's mean times: the host loop's and, if timed, the graph's."""
+    mean, t0, t1 = loop
+    (avg, graph_avg), (slowest, graph_slowest) = _over_ranks([mean, graph_s or 0.0], world,
+                                                             device)
+    graph = {} if graph_s is None else {
+        "graph_time_s": graph_avg, "graph_time_s_max": graph_slowest,
+        "graph_algbw_gbps": algbw_gbps(size, graph_avg),
+        "graph_busbw_gbps": busbw_gbps(op, size, graph_avg, world)}
+    return FabricPoint(op=op, size_bytes=size, iterations=iters, time_s=avg,
+                       time_s_max=slowest, algbw_gbps=algbw_gbps(size, avg),
+                       busbw_gbps=busbw_gbps(op, size, avg, world), t_start=t0, t_end=t1,
+                       **graph)
 
 
 def run_rank(staging: Path) -> int:
