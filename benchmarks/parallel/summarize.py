@@ -8,8 +8,8 @@ power and start-up/teardown time, in the form issue 24 asks for.
 own breakdown, ``profile/rank<N>.breakdown.json``); the profiler slows an eager step's host side,
 so ``gpu_idle_frac_unprofiled`` puts the same step's GPU busy time against the unprofiled median
 step instead (``1 - busy / step``). Both are null where the profiled window holds less than half
-the step (the trace missed the step's kernels). ``--refs`` merges reference figures (plain PyTorch DDP,
-tensor parallel) measured in the same call: a JSON object mapping a point name to
+the step (the trace missed the step's kernels). ``--refs`` merges reference figures (plain
+PyTorch DDP, tensor parallel) measured in the same call: a JSON object mapping a point name to
 ``{"ref_name": ..., "ref_step_s": ...}``; a point's name is its workload and layout, e.g.
 ``"gpt3-1.3b tp2 pp1 dp2 cp1 ep1 sp"``.
 """

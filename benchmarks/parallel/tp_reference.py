@@ -57,7 +57,11 @@ def parallelize(model: nn.Module, tp_mesh, compile_blocks: bool,
     parameters, whose gradients come out as partial sums over tp."""
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.parallel import (
-        ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module)
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     parallelize_module(model, tp_mesh, {
         "tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
