@@ -127,34 +127,30 @@ def _group_columns(c: Comparison, i: int, rows: list[MetricRow]) -> list[tuple[s
     return cols
 
 
-def _width(header: str, cells: list[str]) -> int:
-    return max([len(x) for x in header.split("\n")] + [len(x) for x in cells]) + 2
-
-
 def metric_grids(c: Comparison, newline: str, tablefmt: str) -> list[str]:
     """The metric table, split into tables of at most :data:`MAX_WIDTH` characters: a column
-    per group, each followed by one against the baseline.
+    per group, each followed by one against the baseline. A group joins the current table when
+    the table, rendered with it, stays within the width (one group alone may exceed it).
     """
     rows, _ = shown_rows(c)
     names = [row_label(m) for m in rows]
-    first = max(len(n) for n in names) + 2
-    chunks: list[list[tuple[str, list[str]]]] = [[]]
-    width = first
-    for i in range(len(c.groups)):
-        cols = _group_columns(c, i, rows)
-        w = sum(_width(h, cells) for h, cells in cols)
-        if chunks[-1] and width + w > MAX_WIDTH:
-            chunks.append([])
-            width = first
-        chunks[-1] += cols
-        width += w
-    out = []
-    for cols in chunks:
+
+    def render(cols: list[tuple[str, list[str]]]) -> str:
         headers = ["metric"] + [h.replace("\n", newline) for h, _ in cols]
         table = [[name, *(cells[r] for _, cells in cols)] for r, name in enumerate(names)]
-        out.append(tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
-                            colalign=("left",) + ("right",) * len(cols)))
-    return out
+        return tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+                        colalign=("left",) + ("right",) * len(cols))
+
+    def width(text: str) -> int:
+        return max(len(line) for line in text.splitlines())
+
+    chunks: list[list[tuple[str, list[str]]]] = [[]]
+    for i in range(len(c.groups)):
+        cols = _group_columns(c, i, rows)
+        if chunks[-1] and width(render(chunks[-1] + cols)) > MAX_WIDTH:
+            chunks.append([])
+        chunks[-1] += cols
+    return [render(cols) for cols in chunks]
 
 
 def table_notes(c: Comparison) -> list[str]:
