@@ -39,7 +39,7 @@ def run_device_indices(devices_per_node: int | None) -> list[int]:
     vendor, names = node_accelerators()
     if not names:
         return list(range(used))
-    return visible_devices.used_indices(vendor, len(names), used)
+    return visible_devices.visible_indices(vendor, len(names))[:used]
 
 
 def detect_platform() -> PlatformSpec:

@@ -72,12 +72,6 @@ def visible_description(vendor: str, env: dict[str, str] | None = None) -> dict[
     return {v: env[v] for v in VISIBLE_VARIABLES.get(vendor, ()) if v in env}
 
 
-def used_indices(vendor: str, count: int, used: int, env: dict[str, str] | None = None
-                 ) -> list[int]:
-    """Driver indices of the devices that local ranks ``0..used-1`` run on (in rank order)."""
-    return visible_indices(vendor, count, env)[:used]
-
-
 def select(names: Sequence[str], vendor: str, env: dict[str, str] | None = None
            ) -> tuple[str, ...]:
     """The visible ones of a node's device ``names`` (listed in driver order)."""
