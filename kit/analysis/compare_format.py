@@ -135,22 +135,23 @@ def metric_grids(c: Comparison, newline: str, tablefmt: str) -> list[str]:
     rows, _ = shown_rows(c)
     names = [row_label(m) for m in rows]
 
-    def render(cols: list[tuple[str, list[str]]]) -> str:
-        headers = ["metric"] + [h.replace("\n", newline) for h, _ in cols]
+    def render(cols: list[tuple[str, list[str]]], fmt: str, line_break: str) -> str:
+        headers = ["metric"] + [h.replace("\n", line_break) for h, _ in cols]
         table = [[name, *(cells[r] for _, cells in cols)] for r, name in enumerate(names)]
-        return tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+        return tabulate(table, headers=headers, tablefmt=fmt, disable_numparse=True,
                         colalign=("left",) + ("right",) * len(cols))
 
-    def width(text: str) -> int:
-        return max(len(line) for line in text.splitlines())
+    def width(cols: list[tuple[str, list[str]]]) -> int:
+        """Characters the table takes as plain text (HTML markup is not what a reader sees)."""
+        return max(len(line) for line in render(cols, "simple", "\n").splitlines())
 
     chunks: list[list[tuple[str, list[str]]]] = [[]]
     for i in range(len(c.groups)):
         cols = _group_columns(c, i, rows)
-        if chunks[-1] and width(render(chunks[-1] + cols)) > MAX_WIDTH:
+        if chunks[-1] and width(chunks[-1] + cols) > MAX_WIDTH:
             chunks.append([])
         chunks[-1] += cols
-    return [render(cols) for cols in chunks]
+    return [render(cols, tablefmt, newline) for cols in chunks]
 
 
 def table_notes(c: Comparison) -> list[str]:
