@@ -2,12 +2,15 @@
 records (driver indices through the fake pynvml of tests/fakes/nvml)."""
 
 import re
+from pathlib import Path
 
 import pytest
 
 from kit.errors import KitInputError
 from kit.spec import detect
 from kit.spec.visible_devices import visible_indices
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -78,3 +81,23 @@ def test_without_the_variables_a_full_layout_fills_the_node(four_h100s, monkeypa
     assert (cfg.world_size, cfg.parallel.dp) == (4, 2)
     with pytest.raises(KitInputError, match="need as many devices; this node has 4"):
         resolve(RunRequest(workload="gpt3-1.3b", tp=2, dp=4), require_present=True)
+
+
+def test_reports_name_a_rank_by_the_gpu_it_ran_on_not_by_its_local_rank():
+    """Telemetry rows name a GPU by its driver index; under CUDA_VISIBLE_DEVICES=3 local rank 0
+    ran on device 3, and figures and the straggler summary must say so (a recorded H100
+    bundle, its inventory renumbered as that run's would be)."""
+    from kit.analysis.labels import device_roles, rank_device
+    from kit.bundle.reader import read_bundle
+
+    m = read_bundle(REPO / "benchmarks/telemetry/bundles/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
+                    ).manifest
+    assert rank_device(m, 0, 0) == 0
+    node = m.inventory[0]
+    moved = node.model_copy(update={"gpus": [{**node.gpus[0], "device": 3}],
+                                    "visible_devices": {"CUDA_VISIBLE_DEVICES": "3"}})
+    m = m.model_copy(update={"inventory": [moved]})
+    assert rank_device(m, 0, 0) == 3
+    on_3, on_0 = device_roles(m, [(0, 3), (0, 0)])[::-1]
+    assert (on_3.device, on_3.rank, on_3.role) == (3, 0, "r0")
+    assert (on_0.device, on_0.rank, on_0.role) == (0, None, "no rank")

@@ -8,8 +8,8 @@ on one machine read ``megatron tp2 pp2 dp1`` rather than ``gpt3-1.3b h200 x4 bf1
 pp2 dp1 mb1 gb128`` eleven times.
 
 A device is named by where it sits and what it ran (:func:`device_roles`): node, chassis slot
-(``platform.chassis``), and the rank whose local rank is the device's index on its node
-(``RankRecord.local_rank``: the device index on GPUs), with that rank's pipeline stage and
+(``platform.chassis``), and the rank that ran on it (:func:`rank_device`: a node's local ranks
+take the GPUs its inventory lists, in order), with that rank's pipeline stage and
 its tensor-, context- and expert-parallel ranks where those degrees exceed one.
 """
 
@@ -122,10 +122,31 @@ def _role(rank: Any, parallel: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def rank_device(manifest: Manifest, node: int, local_rank: int) -> int:
+    """The driver index of the device local rank ``local_rank`` of ``node`` ran on.
+
+    A node's ranks run on the GPUs its inventory lists, in that order: under
+    ``CUDA_VISIBLE_DEVICES=2,3`` local rank 0 is device 2. Without a listed GPU (CPU runs, a
+    replayed trace) the local rank is the device index.
+    """
+    return device_index(manifest.inventory[node].gpus if node < len(manifest.inventory) else [],
+                        local_rank)
+
+
+def device_index(gpus: list[dict[str, Any]], local_rank: int) -> int:
+    """The driver index of the ``local_rank``-th of a node's inventory ``gpus``.
+
+    The local rank itself where none is listed.
+    """
+    if local_rank < len(gpus) and "device" in gpus[local_rank]:
+        return int(gpus[local_rank]["device"])
+    return local_rank
+
+
 def device_roles(manifest: Manifest, devices: list[tuple[int, int]]) -> list[DeviceRole]:
-    """Roles of ``devices`` (``(node, device)`` pairs) in node and device order."""
+    """Roles of ``devices`` (``(node, device)`` pairs, by driver index), sorted."""
     slots = {p["device"]: p.get("slot") for p in manifest.platform.get("chassis") or []}
-    ranks = {(r.node, r.local_rank): r for r in manifest.ranks}
+    ranks = {(r.node, rank_device(manifest, r.node, r.local_rank)): r for r in manifest.ranks}
     parallel = manifest.config.get("parallel") or {}
     out = []
     for node, device in sorted(set(devices)):

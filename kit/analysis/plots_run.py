@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from kit.analysis.labels import rank_device
 from kit.analysis.plots_common import (
     STATUS_COLOR,
     colors,
@@ -260,7 +261,9 @@ def kernel_breakdown(times: dict[str, dict[str, float]], view: RunView) -> Figur
             left += share
         digits = "".join(ch for ch in trace if ch.isdigit())
         rank = ranks.get(int(digits)) if digits else None
-        role = view.role(rank.node, rank.local_rank) if rank else None
+        manifest = view.bundle.manifest
+        role = (view.role(rank.node, rank_device(manifest, rank.node, rank.local_rank))
+                if rank else None)
         labels.append(f"{trace}" + (f" ({role.role})" if role else "")
                       + f"\n{total * 1e3:.3g} ms")
     ax.set_yticks(range(len(times)), labels, fontsize=8)

@@ -35,6 +35,7 @@ detection (each rank's timing relative to the best rank's).
 
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,15 +161,14 @@ def _device_medians(telemetry: pa.Table, spans: list[tuple[float, float]],
 
 
 def straggler_summary(steps: list[RankStep], telemetry: pa.Table,
-                      ranks_per_node: int) -> dict[str, Any]:
+                      device_of: Callable[[int], tuple[int, int]]) -> dict[str, Any]:
     """``metrics.json`` ``stragglers`` (module docstring) from the ranks' measured steps.
 
     Args:
         steps: Every rank's measured steps (:class:`RankStep`).
-        telemetry: Rows of ``telemetry.parquet``; GPU rows give temperature and clock, rank
-            ``r`` on node ``r // ranks_per_node``, device ``r % ranks_per_node`` (the local
-            rank, the device index the ranks use).
-        ranks_per_node: Ranks each node ran.
+        telemetry: Rows of ``telemetry.parquet``; GPU rows give temperature and clock.
+        device_of: A rank's ``(node, device)``, the device by its driver index (the one the
+            telemetry rows name).
     """
     if not steps:
         return _unmeasured("no measured steps")
@@ -182,9 +182,8 @@ def straggler_summary(steps: list[RankStep], telemetry: pa.Table,
                            "nothing to compare")
     worst = min(ranks, key=lambda r: (-sum(ranks[r].lag), -len(ranks[r].lag), r))
     fig = ranks[worst]
-    device = (worst // ranks_per_node, worst % ranks_per_node)
-    peers = {(r // ranks_per_node, r % ranks_per_node) for r, f in ranks.items()
-             if f.stage == fig.stage and r != worst}
+    device = device_of(worst)
+    peers = {device_of(r) for r, f in ranks.items() if f.stage == fig.stage and r != worst}
     spans = [(a, b) for step, (a, b, _) in windows[fig.stage].items()
              if step in set(fig.slowest_steps)]
     temp, clock = _device_medians(telemetry, spans, {device})

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 import kit
 from kit import lifecycle
+from kit.analysis.labels import device_index
 from kit.analysis.metrics import summarize
 from kit.analysis.stragglers import RankStep, straggler_summary
 from kit.bundle.schema import (
@@ -339,6 +340,11 @@ def assemble_bundle(
     def offset_s(rank: int) -> float:
         return nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s
 
+    def device_of(rank: int) -> tuple[int, int]:
+        """A rank's node and the driver index of its GPU (its node's listed GPUs, in order)."""
+        node = min(rank // cfg.ranks_per_node, len(nodes) - 1)
+        return node, device_index(nodes[node].inventory.gpus, rank % cfg.ranks_per_node)
+
     steps = steps_table(streamed, offset_s)
     telemetry = node_telemetry(nodes)
     facts = [{"node": i, **d} for i, n in enumerate(nodes)
@@ -365,7 +371,7 @@ def assemble_bundle(
             [RankStep(res.rank, res.placement.get("pp_rank", 0), s.step,
                       s.t_start + offset_s(res.rank), s.t_end + offset_s(res.rank), s.phases)
              for res in streamed if res for s in res.steps if s.phase == "measured"],
-            telemetry, cfg.ranks_per_node),
+            telemetry, device_of),
         notes=notes,
         samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )

@@ -146,7 +146,10 @@ class RankRecord(BaseModel):
 
     rank: int = Field(ge=0, description="Global rank.")
     node: int = Field(ge=0, description="Node index (position in Manifest.inventory).")
-    local_rank: int = Field(ge=0, description="Rank on its node; device index on GPUs.")
+    local_rank: int = Field(
+        ge=0, description="Rank on its node; on GPUs it ran on the GPU at this position of its "
+        "node's inventory `gpus` (the device index its runtime saw; that entry's `device` is the "
+        "driver index).")
     stage: int = Field(ge=0, description="Pipeline stage whose layers it holds.")
     tp_rank: int = Field(ge=0, description="Tensor-parallel rank.")
     pp_rank: int = Field(ge=0, description="Pipeline-parallel rank.")

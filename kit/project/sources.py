@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from kit.analysis.attribution import MEASURED, step_windows
 from kit.analysis.kernels import IDLE, RankBreakdown, read_breakdowns
+from kit.analysis.labels import rank_device
 from kit.bundle.reader import Bundle
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
@@ -173,8 +174,9 @@ def _graphed(bundle: Bundle, cfg: RunConfig) -> bool:
 
 
 def used_devices(bundle: Bundle) -> set[tuple[int, int]]:
-    """``(node, device)`` of the GPUs the run's ranks used (local rank = device index)."""
-    return {(r.node, r.local_rank) for r in bundle.manifest.ranks}
+    """``(node, device)`` of the GPUs the run's ranks used, by driver index."""
+    m = bundle.manifest
+    return {(r.node, rank_device(m, r.node, r.local_rank)) for r in m.ranks}
 
 
 def device_power(bundle: Bundle) -> tuple[float | None, float | None]:
