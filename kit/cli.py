@@ -76,9 +76,9 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     from kit.container.detect import container_record, shm_hint
     from kit.launch.launchers import launch_run
 
-    hint = shm_hint(container_record())
-    if hint:
-        click.echo(f"warning: {hint}", err=True)
+    for warning in (plan.warning, shm_hint(container_record())):
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
 
     result = launch_run(cfg, req, out, command=sys.argv)
     if result is None:
@@ -166,8 +166,9 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
         raise KitInputError(plan.refusal)
     job = _job(partition, account, time_limit, runtime, image)
     chosen, why = job_runtime(plan.cfg, job, submitting=not dry_run)
-    if why:
-        click.echo(f"warning: {why}", err=True)
+    for warning in (plan.warning, why):
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
     script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     if dry_run:
         if as_json:

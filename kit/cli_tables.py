@@ -7,7 +7,7 @@ from tabulate import tabulate
 
 from kit.analysis.flops import model_flops_per_step, params_count
 from kit.engines import engine_spec
-from kit.plan.memory import GIB, MemoryEstimate, fit_refusal
+from kit.plan.memory import GIB, MemoryEstimate, fit_refusal, fit_warning
 from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
 from kit.spec.run import ParallelConfig, RunConfig
 from kit.spec.workload import WorkloadSpec
@@ -127,6 +127,8 @@ def memory_table(est: MemoryEstimate) -> str:
     elif est.fits:
         verdict = (f"memory: fits {est.capacity_bytes / GIB:.1f} GiB {est.capacity_source} "
                    f"(headroom {est.headroom_bytes / GIB:.1f} GiB)")
+        warning = fit_warning(est)
+        verdict += f"\nwarning: {warning}" if warning else ""
     else:
         verdict = f"memory: would not fit; run refuses it: {fit_refusal(est)}"
     return f"{table}\n{verdict}"

@@ -6,7 +6,7 @@ accepts is one ``run`` accepts, for the same reasons in the same words.
 
 from dataclasses import dataclass
 
-from kit.plan.memory import MemoryEstimate, estimate_memory, fit_refusal
+from kit.plan.memory import MemoryEstimate, estimate_memory, fit_refusal, fit_warning
 from kit.spec.resolve import RunRequest, resolve
 from kit.spec.run import RunConfig
 
@@ -19,11 +19,13 @@ class RunPlan:
         cfg: The resolved, validated config.
         memory: The per-device memory estimate.
         refusal: Why it is predicted not to fit (one line), or None.
+        warning: Why it may run out of memory though it fits (one line), or None.
     """
 
     cfg: RunConfig
     memory: MemoryEstimate
     refusal: str | None
+    warning: str | None = None
 
 
 def plan_run(req: RunRequest, require_present: bool) -> RunPlan:
@@ -34,4 +36,4 @@ def plan_run(req: RunRequest, require_present: bool) -> RunPlan:
     """
     cfg = resolve(req, require_present=require_present)
     memory = estimate_memory(cfg)
-    return RunPlan(cfg, memory, fit_refusal(memory))
+    return RunPlan(cfg, memory, fit_refusal(memory), fit_warning(memory))

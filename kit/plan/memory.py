@@ -94,6 +94,10 @@ class MemoryEstimate(BaseModel):
     shared_host: bool = Field(
         description="Whether the ranks are processes sharing one host's RAM (cpu platform)."
     )
+    margin_bytes: int = Field(
+        0, ge=0, description="Headroom a multi-rank run needs before it can be trusted to fit "
+        "(the platform's multi_rank_margin_gib; 0 for one rank and on cpu): less warns, it "
+        "does not refuse.")
 
     @property
     def peak(self) -> StageMemory:
@@ -111,6 +115,12 @@ class MemoryEstimate(BaseModel):
     def headroom_bytes(self) -> int | None:
         """Capacity left over (negative when it does not fit)."""
         return None if self.capacity_bytes is None else self.capacity_bytes - self.required_bytes
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tight(self) -> bool:
+        """Whether it fits with less headroom than multi-rank runs were seen to need."""
+        return bool(self.fits) and (self.headroom_bytes or 0) < self.margin_bytes
 
 
 def element_bytes(dtype: str) -> int:
@@ -369,9 +379,11 @@ def estimate_memory(cfg: RunConfig, zero_stage: int | None = None) -> MemoryEsti
         gib = plat.memory_per_device_gib
         capacity = None if gib is None else int(gib * GIB)
         source = f"{plat.name} ({plat.device_name}) memory per device"
+    multi_rank = cfg.world_size > 1 and not plat.is_cpu
     return MemoryEstimate(
         stages=stages, required_bytes=required, capacity_bytes=capacity, capacity_source=source,
         shared_host=plat.is_cpu,
+        margin_bytes=int(plat.multi_rank_margin_gib * GIB) if multi_rank else 0,
     )
 
 
@@ -399,6 +411,23 @@ def fit_refusal(est: MemoryEstimate) -> str | None:
         f"{_gib(est.capacity_bytes)} {est.capacity_source}; {fix}, or pass --force to run "
         "anyway"
     )
+
+
+def fit_warning(est: MemoryEstimate) -> str | None:
+    """One line saying that ``est`` fits too tightly to trust, or ``None``.
+
+    The refusal counts the platform's fixed overhead only. On 4 H100s, gpt3-175b-8l TP2 x PP2 x
+    VPP2 was estimated at 72.1 GiB (7.9 GiB of headroom against the nominal 80) and ran out:
+    8.2 GiB in use outside PyTorch's allocator (NCCL's buffers), 71.1 GiB of tensors, in a
+    device of 79.2 GiB; the platform's ``multi_rank_margin_gib`` keeps that gap.
+    """
+    if not est.tight:
+        return None
+    assert est.headroom_bytes is not None
+    return (f"memory may run out: {_gib(est.headroom_bytes)} of headroom, less than the "
+            f"{_gib(est.margin_bytes)} that multi-rank runs on this platform were seen to need "
+            "beyond the estimate (communicator buffers); if it does, shard more (--tp, --pp, "
+            "--dist-optimizer), use --recompute full or a smaller --micro-batch")
 
 
 def predicted_oom(cfg: RunConfig, zero_stage: int | None = None) -> str | None:

@@ -78,6 +78,12 @@ class PlatformSpec(BaseModel):
         2.0, ge=0, description="Memory a rank needs beyond the tensors the model allocates, "
         "GiB: device context, loaded kernels, communicator buffers, allocator fragmentation "
         "(on cpu: the rank process itself).")
+    multi_rank_margin_gib: float = Field(
+        0.0, ge=0, description="How much more than the memory estimate a device of a multi-rank "
+        "run was seen to need, against memory_per_device_gib, GiB: the collective library's "
+        "communicator buffers beyond rank_overhead_gib (NCCL's grow with the communicators a "
+        "layout opens), usable memory below the nominal, the estimate's own error. Not part of "
+        "the refusal: a multi-rank run or dry run with less headroom gets a warning.")
     container_image: str | None = Field(None, description="Image that carries the kit for it.")
     chassis: list[DevicePosition] = Field(
         default_factory=list, description="Physical position of each local device."
