@@ -101,7 +101,7 @@ case "${1:-}" in
   test)
     shift
     browser_for_tests
-    exec "$VENV/bin/python" -m pytest -q "$@"
+    exec "$VENV/bin/python" -m pytest -q --durations=15 "$@"  # the slowest tests, named
     ;;
   -h|--help|--version)
     exec "${KIT[@]}" "$@"

@@ -24,7 +24,6 @@ import datetime as dt
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,9 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-BENCHMARKS = Path(__file__).resolve().parents[1]
-REPO = BENCHMARKS.parent
+from ref_launch import BENCHMARKS, kit_summary, torchrun_result
 
 
 def _sync(device: torch.device) -> None:
@@ -95,32 +92,18 @@ def ddp_worker(args: argparse.Namespace) -> None:
 
 def torch_ddp(args: argparse.Namespace, ranks: int) -> dict:
     """Seconds per step of the plain DDP reference on ``ranks`` processes (torchrun)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={ranks}", __file__, "--worker", "--result", str(result),
-               *_shared_args(args)]
-        subprocess.run(cmd, check=True, cwd=REPO, env=_env())
-        return json.loads(result.read_text())
+    return torchrun_result(__file__, ranks, _shared_args(args))
 
 
 def kit_run(args: argparse.Namespace, ranks: int, out: Path) -> dict:
     """Seconds per measured step of ``charllm-kit run`` with ``--dp ranks`` (from its bundle)."""
-    cmd = [sys.executable, "-m", "kit", "run", args.workload, "--dp", str(ranks),
-           "--micro-batch", str(args.micro_batch),
-           "--global-batch", str(args.micro_batch * args.accum * ranks),
-           "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--telemetry-interval-ms", "0", "--out", str(out), *shlex.split(args.kit_args)]
-    if args.cpu:
-        cmd += ["--platform", "cpu"]
-    print("$", shlex.join(["charllm-kit", *cmd[3:]]), flush=True)
-    done = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, text=True)
-    print(done.stdout, end="", flush=True)
-    if done.returncode != 0:
-        raise SystemExit(f"charllm-kit run failed (exit {done.returncode})")
-    bundle = Path(done.stdout.strip().splitlines()[-1])
-    summary = json.loads((bundle / "metrics.json").read_text())["summary"]
-    return {"step_s": summary["step_time_s"], "bundle": bundle.name}
+    bundle, summary = kit_summary(
+        [args.workload, "--dp", str(ranks), "--micro-batch", str(args.micro_batch),
+         "--global-batch", str(args.micro_batch * args.accum * ranks),
+         "--steps", str(args.steps), "--warmup", str(args.warmup),
+         "--telemetry-interval-ms", "0", "--out", str(out), *shlex.split(args.kit_args)]
+        + (["--platform", "cpu"] if args.cpu else []))
+    return {"step_s": summary["step_time_s"], "bundle": bundle}
 
 
 def _shared_args(args: argparse.Namespace) -> list[str]:
@@ -128,11 +111,6 @@ def _shared_args(args: argparse.Namespace) -> list[str]:
               "--accum", str(args.accum), "--steps", str(args.steps),
               "--warmup", str(args.warmup)]
     return shared + (["--cpu"] if args.cpu else [])
-
-
-def _env() -> dict[str, str]:
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep + path if path else ''}"}
 
 
 def _device_name(cpu: bool) -> str:

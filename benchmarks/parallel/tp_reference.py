@@ -45,10 +45,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from ref_launch import BENCHMARKS, REPO, kit_summary, torchrun_result
 from torch import nn
-
-BENCHMARKS = Path(__file__).resolve().parents[1]
-REPO = BENCHMARKS.parent
 
 
 def parallelize(model: nn.Module, tp_mesh, compile_blocks: bool,
@@ -241,36 +239,19 @@ def worker(args: argparse.Namespace) -> None:
 
 def reference(args: argparse.Namespace) -> dict:
     """The reference's figures from its torchrun ranks."""
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={args.gpus}", __file__, "--worker", "--result", str(result),
-               *sys.argv[1:]]
-        subprocess.run(cmd, check=True, cwd=REPO, env=_env())
-        return json.loads(result.read_text())
+    return torchrun_result(__file__, args.gpus, sys.argv[1:])
 
 
 def kit_run(args: argparse.Namespace, dp: int, out: Path) -> dict:
     """Seconds per measured step of ``charllm-kit run`` of the same layout (its bundle)."""
-    cmd = [sys.executable, "-m", "kit", "run", args.workload, "--tp", str(args.tp),
-           "--dp", str(dp), "--sp", "--micro-batch", str(args.micro_batch),
-           "--global-batch", str(args.global_batch), "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--telemetry-interval-ms", "0", "--out", str(out),
-           *shlex.split(args.kit_args)] + (["--platform", "cpu"] if args.cpu else [])
-    print("$", shlex.join(["charllm-kit", *cmd[3:]]), flush=True)
-    done = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, text=True)
-    print(done.stdout, end="", flush=True)
-    if done.returncode != 0:
-        raise SystemExit(f"charllm-kit run failed (exit {done.returncode})")
-    bundle = Path(done.stdout.strip().splitlines()[-1])
-    summary = json.loads((bundle / "metrics.json").read_text())["summary"]
+    bundle, summary = kit_summary(
+        [args.workload, "--tp", str(args.tp), "--dp", str(dp), "--sp",
+         "--micro-batch", str(args.micro_batch), "--global-batch", str(args.global_batch),
+         "--steps", str(args.steps), "--warmup", str(args.warmup),
+         "--telemetry-interval-ms", "0", "--out", str(out), *shlex.split(args.kit_args)]
+        + (["--platform", "cpu"] if args.cpu else []))
     return {"step_s": summary["step_time_s"], "tflops_per_gpu": summary["tflops_per_gpu"],
-            "mfu": summary["mfu"], "bundle": bundle.name}
-
-
-def _env() -> dict[str, str]:
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep + path if path else ''}"}
+            "mfu": summary["mfu"], "bundle": bundle}
 
 
 def _refusal(args: argparse.Namespace) -> str | None:

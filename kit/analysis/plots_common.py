@@ -120,6 +120,34 @@ def legend_outside(ax: Any, handles: list[Any], labels: list[str], title: str | 
               frameon=False, title=title, title_fontsize=7, ncol=ncol, borderaxespad=0)
 
 
+def share_bars(ax: Any, rows: list[tuple[str, dict[str, float]]], cats: list[str],
+               palette: dict[str, Any], xlabel: str, hatched: frozenset[str] = frozenset(),
+               ) -> None:
+    """One stacked horizontal bar of shares (0..1) per row, top to bottom, ``cats`` in order;
+    a segment of 6% or more says its share, ``hatched`` categories are hatched; the legend
+    sits right of the axes."""
+    for i, (_, shares) in enumerate(rows):
+        left = 0.0
+        for cat in cats:
+            share = shares.get(cat, 0.0)
+            if share <= 0:
+                continue
+            ax.barh(i, share, left=left, color=palette[cat], height=0.65,
+                    hatch="//" if cat in hatched else None, edgecolor="white", lw=0.3,
+                    label=cat if cat not in ax.get_legend_handles_labels()[1] else None)
+            if share >= 0.06:
+                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center",
+                        fontsize=7)
+            left += share
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.set_xlabel(xlabel)
+    handles, labels = ax.get_legend_handles_labels()
+    legend_outside(ax, handles, labels)
+
+
 def status_line(view: RunView) -> str | None:
     """What a figure of a run that did not end ok says first, or None for an ok run."""
     m = view.bundle.manifest

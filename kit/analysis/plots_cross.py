@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from kit.analysis.compare import Comparison, Group
 from kit.analysis.compare_format import format_value
 from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
-from kit.analysis.plots_common import STATUS_COLOR, colors, legend_outside
+from kit.analysis.plots_common import STATUS_COLOR, colors, legend_outside, share_bars
 from kit.analysis.run_view import RunView
 from kit.bundle.reader import Bundle
 
@@ -335,26 +335,9 @@ def stage_breakdown(c: Comparison) -> Figure | None:
     palette[IDLE] = (0.8, 0.8, 0.8, 1.0)
     fig = Figure(figsize=(12, 1.6 + 0.5 * len(rows)), layout="constrained")
     ax = fig.add_subplot()
-    for i, (_, shares) in enumerate(rows):
-        left = 0.0
-        for cat in cats:
-            share = shares.get(cat, 0.0)
-            if share <= 0:
-                continue
-            ax.barh(i, share, left=left, color=palette[cat], height=0.65,
-                    hatch="//" if cat in COLLECTIVES else None, edgecolor="white", lw=0.3,
-                    label=cat if cat not in ax.get_legend_handles_labels()[1] else None)
-            if share >= 0.06:
-                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center",
-                        fontsize=7)
-            left += share
-    ax.set_yticks(range(len(rows)), [name for name, _ in rows], fontsize=7.5)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.set_xlabel("share of the profiled steps (hatched: exposed communication)")
-    handles, labels = ax.get_legend_handles_labels()
-    legend_outside(ax, handles, labels)
+    share_bars(ax, rows, cats, palette,
+               "share of the profiled steps (hatched: exposed communication)",
+               hatched=frozenset(COLLECTIVES))
     fig.suptitle("Where the profiled time goes, per configuration and pipeline stage",
                  fontsize=10)
     return fig

@@ -21,6 +21,7 @@ from kit.analysis.plots_common import (
     legend_outside,
     mark_steps,
     set_time_axis,
+    share_bars,
     step_handles,
     time_label,
     title,
@@ -245,33 +246,16 @@ def kernel_breakdown(times: dict[str, dict[str, float]], view: RunView) -> Figur
     ranks = {r.rank: r for r in view.bundle.manifest.ranks}
     fig = Figure(figsize=(11, 1.9 + 0.5 * len(times)), layout="constrained")
     ax = fig.add_subplot()
-    labels = []
-    for i, (trace, totals) in enumerate(times.items()):
+    manifest = view.bundle.manifest
+    rows = []
+    for trace, totals in times.items():
         total = sum(totals.values())
-        left = 0.0
-        for cat in cats:
-            share = totals.get(cat, 0.0) / total
-            if share <= 0:
-                continue
-            ax.barh(i, share, left=left, color=palette[cat], height=0.6,
-                    label=cat if cat not in ax.get_legend_handles_labels()[1] else None)
-            if share >= 0.05:
-                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center",
-                        fontsize=7.5, color="white")
-            left += share
         digits = "".join(ch for ch in trace if ch.isdigit())
         rank = ranks.get(int(digits)) if digits else None
-        manifest = view.bundle.manifest
         role = (view.role(rank.node, rank_device(manifest, rank.node, rank.local_rank))
                 if rank else None)
-        labels.append(f"{trace}" + (f" ({role.role})" if role else "")
-                      + f"\n{total * 1e3:.3g} ms")
-    ax.set_yticks(range(len(times)), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.set_xlabel("share of kernel time")
-    handles, names = ax.get_legend_handles_labels()
-    legend_outside(ax, handles, names)
+        rows.append((f"{trace}" + (f" ({role.role})" if role else "")
+                     + f"\n{total * 1e3:.3g} ms", {c: v / total for c, v in totals.items()}))
+    share_bars(ax, rows, cats, palette, "share of kernel time")
     title(fig, "Kernel time by category, per profiled trace", view)
     return fig

@@ -15,12 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import KitInputError
 from kit.spec.platform import PlatformSpec
-from kit.spec.resolve import run_request
+from kit.spec.resolve import RunRequest, run_request
 from kit.spec.run import Recompute
 from kit.spec.workload import WorkloadSpec
 
 if TYPE_CHECKING:
     from kit.plan import RunPlan
+
+
+_RUN = RunRequest.model_fields
+_LAYOUT = frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "sp", "micro_batch_size",
+                     "global_batch_size", "recompute", "overlap", "dist_optimizer"})
+"""The fields a target shares with ``run`` (the same names, checks and help)."""
 
 
 class ProjectionTarget(BaseModel):
@@ -36,26 +42,18 @@ class ProjectionTarget(BaseModel):
         "one the measured runs recorded, e.g. the full node of a run made on part of one; "
         "same platform name (default: the runs' own).")
     nodes: int = Field(1, gt=0, description="Nodes of the platform's devices per node.")
-    tp: int = Field(1, gt=0, description="Tensor-parallel degree.")
-    pp: int = Field(1, gt=0, description="Pipeline-parallel degree (stages).")
-    dp: int | None = Field(
-        None, gt=0, description="Data-parallel degree (default: what fills the devices).")
-    cp: int = Field(1, gt=0, description="Context-parallel degree.")
-    ep: int = Field(1, gt=0, description="Expert-parallel degree (MoE workloads).")
-    vpp: int | None = Field(
-        None, gt=0, description="Virtual pipeline stages per pipeline rank (default: off).")
-    sp: bool = Field(False, description="Sequence parallelism (needs --tp > 1).")
-    micro_batch_size: int | None = Field(
-        None, gt=0, description="Samples per micro-batch (default: the workload's).",
-        json_schema_extra={"cli": "--micro-batch"})
-    global_batch_size: int | None = Field(
-        None, gt=0, description="Samples per optimizer step (default: the workload's).",
-        json_schema_extra={"cli": "--global-batch"})
-    recompute: Recompute = Field("none", description="Activation recomputation granularity.")
-    overlap: bool = Field(
-        False, description="Overlap gradient reduce / parameter gather with compute.")
-    dist_optimizer: bool = Field(
-        False, description="Shard optimizer states over data parallelism.")
+    tp: int = _RUN["tp"]
+    pp: int = _RUN["pp"]
+    dp: int | None = _RUN["dp"]
+    cp: int = _RUN["cp"]
+    ep: int = _RUN["ep"]
+    vpp: int | None = _RUN["vpp"]
+    sp: bool = _RUN["sp"]
+    micro_batch_size: int | None = _RUN["micro_batch_size"]
+    global_batch_size: int | None = _RUN["global_batch_size"]
+    recompute: Recompute = _RUN["recompute"]
+    overlap: bool = _RUN["overlap"]
+    dist_optimizer: bool = _RUN["dist_optimizer"]
     devices_per_node: int | None = Field(
         None, gt=0, description="Devices used per node, at most the platform's (default: all "
         "of them); fewer projects to part of a host, as runs on a partial host use.")
@@ -94,10 +92,7 @@ def plan_target(target: ProjectionTarget, workload: WorkloadSpec,
         platform_file = _spec_file(folder, platform.name, platform)
         workload_ref = target.workload or _spec_file(folder, "measured-workload", workload)
         req = run_request(
-            workload=workload_ref, platform=platform_file, nodes=target.nodes, tp=target.tp,
-            pp=target.pp, dp=target.dp, cp=target.cp, ep=target.ep, vpp=target.vpp,
-            sp=target.sp, micro_batch_size=target.micro_batch_size,
-            global_batch_size=target.global_batch_size, recompute=target.recompute,
-            overlap=target.overlap, dist_optimizer=target.dist_optimizer,
-            launcher="local" if target.nodes == 1 else "slurm")
+            workload=workload_ref, platform=platform_file, nodes=target.nodes,
+            launcher="local" if target.nodes == 1 else "slurm",
+            **target.model_dump(include=set(_LAYOUT)))
         return plan_run(req, require_present=False)
