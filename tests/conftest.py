@@ -104,11 +104,11 @@ def start_long_run(out: Path, *args: str, steps: int = 500) -> subprocess.Popen:
     )
 
 
-def wait_for_steps(out: Path, steps: int, timeout_s: float = 300) -> None:
-    """Block until rank 0 of the run staged under ``out`` has finished ``steps`` steps."""
+def wait_for_steps(out: Path, steps: int, timeout_s: float = 300, rank: int = 0) -> None:
+    """Block until ``rank`` of the run staged under ``out`` has streamed ``steps`` steps."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        progress = next(out.glob(".*.partial/ranks/rank0.steps.jsonl"), None)
+        progress = next(out.glob(f".*.partial/ranks/rank{rank}.steps.jsonl"), None)
         if progress is not None and progress.read_text().count("\n") >= steps:
             return
         time.sleep(0.2)

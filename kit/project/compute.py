@@ -17,7 +17,8 @@ target's seconds are ``rate x work``, so a projection to the measured layout ret
 measured seconds.
 
 The optimizer step (phase timers) is taken out of the measured compute (from element-wise and
-other kernels, where fused Adam's kernels fall) and scaled by the parameters a rank updates:
+other kernels, where fused Adam's kernels fall; what it lasted beyond them, out of the idle
+time) and scaled by the parameters a rank updates:
 its stage's, divided by DP x CP (experts: by their expert-DP group) under the distributed
 optimizer. Idle seconds per micro-batch scale with the layers the rank runs (the launch gaps
 and synchronizations are per layer); a host-paced step cannot be faster per micro-batch than
@@ -93,20 +94,23 @@ class SourceRates:
     def of(cls, run: MeasuredRun, optimizer_s: float | None) -> "SourceRates":
         """Rates of ``run``; ``optimizer_s`` is its optimizer's seconds per step if known."""
         cfg, parts = run.cfg, run.parts
-        compute = dict(parts.compute)
+        compute, idle = dict(parts.compute), parts.idle
         if optimizer_s:
             pool = [k for k in _OPTIMIZER_CATEGORIES if k in compute] or list(compute)
             held = sum(compute[k] for k in pool)
             take = min(optimizer_s, held)
             for k in pool:
                 compute[k] -= take * compute[k] / held if held else 0.0
+            # An optimizer step longer than its kernels (a host-paced step on a busy host)
+            # spent the rest in the measured idle time: taken out there, not counted twice.
+            idle = max(0.0, idle - (optimizer_s - take))
         m = cfg.grad_accum_steps
         rates = {k: v / m / work(cfg, 0, k) for k, v in compute.items() if v > 0}
         layers = layers_per_stage(cfg)
-        whole = sum(compute.values()) + sum(parts.communication.values()) + parts.idle
+        whole = sum(compute.values()) + sum(parts.communication.values()) + idle
         params = optimizer_parameters(cfg, 0)
         return cls(run, rates, optimizer_s / params if optimizer_s else None,
-                   sum(compute.values()) / m / layers, parts.idle / m / layers,
+                   sum(compute.values()) / m / layers, idle / m / layers,
                    whole / m / layers)
 
 
