@@ -131,6 +131,16 @@ def rank_pid(launcher_pid: int, rank: int) -> int | None:
     return None
 
 
+def signal_if_alive(pid: int | None, sig: signal.Signals) -> None:
+    """Send ``sig`` to ``pid`` unless it is gone (or was never found): a test's cleanup."""
+    if pid is None:
+        return
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def duty_cycle(pid: int, stop_s: float, run_s: float, until: Callable[[], bool]) -> None:
     """Slow process ``pid`` down without stopping it for good: SIGSTOP for ``stop_s``, SIGCONT
     for ``run_s``, over and over until ``until()`` or the process is gone; it ends continued."""
@@ -143,10 +153,7 @@ def duty_cycle(pid: int, stop_s: float, run_s: float, until: Callable[[], bool])
     except ProcessLookupError:
         return
     finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+        signal_if_alive(pid, signal.SIGCONT)
 
 
 @pytest.fixture(scope="session")

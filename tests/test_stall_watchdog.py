@@ -15,7 +15,15 @@ import pytest
 from kit.launch.watchdog import STARTUP_ALLOWANCE_S, stall_policy, stall_verdict
 from kit.spec.resolve import resolve, run_request
 
-from .conftest import bundle_path, kit_cli, rank_pid, start_long_run, wait_for_steps, why_failed
+from .conftest import (
+    bundle_path,
+    kit_cli,
+    rank_pid,
+    signal_if_alive,
+    start_long_run,
+    wait_for_steps,
+    why_failed,
+)
 
 STALL_S = 20
 BOUND_S = 60
@@ -44,11 +52,7 @@ def test_a_sigstopped_rank_ends_the_run_failed_naming_it(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_if_alive(pid, signal.SIGKILL)
     assert proc.returncode == 1, err
     assert "stall watchdog: no rank finished a step for" in err
     bundle = bundle_path(out)
@@ -160,11 +164,7 @@ def test_a_sigstopped_rank_on_node_1_ends_a_two_node_run_naming_it(tmp_path):
         for p in nodes:
             if p.poll() is None:
                 p.kill()
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_if_alive(pid, signal.SIGKILL)
     assert rc0 == 1 and rc1 == 1, err0 + err1
     bundle = bundle_path(out0)
     manifest = json.loads((bundle / "manifest.json").read_text())

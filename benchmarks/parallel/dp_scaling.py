@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from ref_launch import BENCHMARKS, kit_summary, torchrun_result
+from ref_launch import BENCHMARKS, kit_summary, shared_arguments, torchrun_result
 
 
 def _sync(device: torch.device) -> None:
@@ -121,16 +121,9 @@ def main() -> None:
     """Measure 1 and N ranks of both, print the table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=2, help="N, the ranks to compare with one")
-    parser.add_argument("--workload", default="gpt3-1.3b")
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--accum", type=int, default=4, help="micro-batches per rank per step")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--kit-args", default="--overlap", help="extra `charllm-kit run` options")
-    parser.add_argument("--cpu", action="store_true", help="CPU ranks over gloo (a check)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
+    shared_arguments(parser, kit_args="--overlap")
     args = parser.parse_args()
     if args.worker:
         ddp_worker(args)

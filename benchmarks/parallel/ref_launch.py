@@ -1,6 +1,7 @@
 """What the parallel reference benchmarks share: starting their own torchrun ranks, and the
 ``charllm-kit run`` of the same work they are compared with, in the same call."""
 
+import argparse
 import json
 import os
 import shlex
@@ -40,3 +41,16 @@ def kit_summary(run_args: list[str]) -> tuple[str, dict]:
         raise SystemExit(f"charllm-kit run failed (exit {done.returncode})")
     bundle = Path(done.stdout.strip().splitlines()[-1])
     return bundle.name, json.loads((bundle / "metrics.json").read_text())["summary"]
+
+
+def shared_arguments(parser: argparse.ArgumentParser, kit_args: str) -> None:
+    """The options both references take: the workload, steps, the kit's extra options, CPU
+    mode, the JSON output, and the hidden ones of their own torchrun ranks."""
+    parser.add_argument("--workload", default="gpt3-1.3b")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--kit-args", default=kit_args, help="extra `charllm-kit run` options")
+    parser.add_argument("--cpu", action="store_true", help="CPU ranks over gloo (a check)")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)

@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from ref_launch import BENCHMARKS, REPO, kit_summary, torchrun_result
+from ref_launch import BENCHMARKS, REPO, kit_summary, shared_arguments, torchrun_result
 from torch import nn
 
 
@@ -279,21 +279,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=4, help="ranks (dp = gpus / tp)")
     parser.add_argument("--tp", type=int, default=2)
-    parser.add_argument("--workload", default="gpt3-1.3b")
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--global-batch", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="torch.compile each block (default: on GPU yes, on --cpu no)")
     parser.add_argument("--profile", action="store_true",
                         help="profile one more step on rank 0: GPU idle, costliest host ops")
     parser.add_argument("--kit", action="store_true", help="also run charllm-kit, same layout")
-    parser.add_argument("--kit-args", default="", help="extra `charllm-kit run` options")
-    parser.add_argument("--cpu", action="store_true", help="CPU ranks over gloo (a check)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
+    shared_arguments(parser, kit_args="")
     args = parser.parse_args()
     if args.worker:
         worker(args)

@@ -337,12 +337,15 @@ def assemble_bundle(
     results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
     streamed = [r or recover_rank_result(staging.path, i) for i, r in enumerate(results)]
 
+    def node_of(rank: int) -> int:
+        return min(rank // cfg.ranks_per_node, len(nodes) - 1)
+
     def offset_s(rank: int) -> float:
-        return nodes[min(rank // cfg.ranks_per_node, len(nodes) - 1)].offset_s
+        return nodes[node_of(rank)].offset_s
 
     def device_of(rank: int) -> tuple[int, int]:
         """A rank's node and the driver index of its GPU (its node's listed GPUs, in order)."""
-        node = min(rank // cfg.ranks_per_node, len(nodes) - 1)
+        node = node_of(rank)
         return node, device_index(nodes[node].inventory.gpus, rank % cfg.ranks_per_node)
 
     steps = steps_table(streamed, offset_s)
