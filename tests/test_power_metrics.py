@@ -163,7 +163,13 @@ def test_instantaneous_power_where_present_and_slow_rows_between():
     assert (d0["excursions"], d0["excursion_s"]) == (1, 1.0)
     assert d0["peak_to_mean"] == pytest.approx(390.0 / 342.5)
     assert (d1["excursions"], d1["excursion_s"]) == (1, 0.5)
-    assert d0["energy_j"] == 340.0 and d0["energy_source"] == "counter"
+    # The counter rose 340 J between its readings at 0.25 and 1.25 s; the window [0, 1.5]
+    # reaches a quarter second past each, carried by the power integral at the counter's
+    # scale. The integral runs linearly inside each sample interval (at the interval's mean
+    # power: 340, 385 and 345 W over [0, .5], [.5, 1], [1, 1.5]): 363.75 J from .25 to 1.25 s,
+    # 85 J and 86.25 J at the edges.
+    assert d0["energy_j"] == pytest.approx(340.0 * (1 + (85.0 + 86.25) / 363.75))
+    assert d0["energy_source"] == "counter" and d0["counter_coverage"] == pytest.approx(1 / 1.5)
     assert agg["power_field"] == "mixed" and agg["peak_to_mean"] == pytest.approx(380.0 / 245.0)
 
 
@@ -225,10 +231,16 @@ def test_unmeasurable_figures_are_none_never_zero():
     (d,), agg = device_metrics(table([make_row(t, 0, 0, "gpu") for t in (0.0, 0.5, 1.0)]), st,
                                [{"node": 0, "device": 0, "power_limit_w": 700.0}], 10)
     assert d["samples"] == 3
+    # what the figures rest on is known (none of it), the figures themselves are not
+    counts = {"power_samples": 0, "counter_readings": 0, "window_s": 1.0}
+    assert {k: d[k] for k in counts} == counts
     assert all(v is None for k, v in d.items() if k not in ("node", "device", "samples",
-                                                            "power_limit_w"))
-    assert all(v is None for k, v in agg.items() if k != "excursion_frac")
-    # no GPU rows, no telemetry, or no measured step: no devices and the same all-None aggregate
+                                                            "power_limit_w", *counts))
+    counts = {"power_samples_min": 0, "counter_readings_min": 0, "window_s": 1.0}
+    assert {k: agg[k] for k in counts} == counts
+    assert all(v is None for k, v in agg.items() if k not in ("excursion_frac", *counts))
+    agg = {**agg, **dict.fromkeys(counts)}
+    # no GPU rows, no telemetry, or no measured step: no devices and an all-None aggregate
     host_only = table([make_row(0.5, 0, None, "host", cpu_util_pct=5.0)])
     warmup_only = steps([(0, 0, "warmup", 0.0, 1.0)])
     gpu = table([make_row(0.5, 0, 0, "gpu", power_w=100.0)])

@@ -35,6 +35,7 @@ def summarize(
     mem_peak_bytes: list[int | None],
     devices: list[dict[str, Any]],
     excursion_frac: float = 0.9,
+    zeus_phase_j: list[float | None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any], list[str]]:
     """The canonical summary, per-device metrics, power detail and notes on the sources.
 
@@ -49,6 +50,8 @@ def summarize(
         devices: Static device facts (``node``, ``device``, ``power_limit_w``,
             ``clock_sm_max_mhz``) for excursions and the clock fraction.
         excursion_frac: Excursion threshold as a fraction of the power limit.
+        zeus_phase_j: Zeus's energy of each rank's GPU over its measured phase, for every rank
+            that ran measured steps (:func:`kit.analysis.power.zeus_cross_check`).
 
     Returns:
         ``(summary, per_device, power, notes)``: the ``SUMMARY_KEYS`` dict, one dict per
@@ -69,7 +72,7 @@ def summarize(
         else:
             notes.append(f"mfu: platform {cfg.platform.name} declares no {cfg.dtype} peak")
     per_device, power = device_metrics(telemetry, steps, devices, cfg.tokens_per_step,
-                                       excursion_frac)
+                                       excursion_frac, zeus_phase_j or ())
     if not per_device:
         power = host_power(telemetry, steps, cfg.tokens_per_step)
     if power.get("energy_source"):

@@ -47,6 +47,7 @@ only its rows of each column.
 """
 
 import statistics
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,22 +55,32 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.analysis.attribution import MEASURED, StepWindows, step_windows, window_index
+from kit.analysis.energy import device_energy
+from kit.measure_window import MIN_COUNTER_READINGS, MIN_POWER_SAMPLES
 from kit.telemetry.fields import THROTTLE_BITS
 
 _CODES = 64
 """Throttle values counted one by one: every OR of the six kit bits (0..63)."""
 
+STEADY_TAIL = 1 / 3
+"""The last share of the measured window whose temperature slope decides steady state."""
+
+TEMP_STEADY_C_PER_MIN = 1.0
+"""A device whose temperature changes by at most this over the window's tail is steady."""
+
 
 class _Series(NamedTuple):
-    """One device's (for host rows: one node's) measured samples, in time order."""
+    """One device's (for host rows: one node's) samples, in time order."""
 
     node: int
     device: int | None
     t: np.ndarray
     window: np.ndarray
-    """Index of each sample's step window."""
+    """Index of each sample's step window, -1 outside every window."""
     rows: np.ndarray
     """Row of each sample in the telemetry table."""
+    measured: np.ndarray
+    """Whether each sample lies inside a measured step's window."""
 
 
 def _ints(col: pa.ChunkedArray) -> np.ndarray:
@@ -78,16 +89,20 @@ def _ints(col: pa.ChunkedArray) -> np.ndarray:
 
 
 def _series(telemetry: pa.Table, windows: StepWindows, source: str) -> list[_Series]:
-    """Rows of ``source`` in measured windows, one entry per (node, device), by node/device."""
+    """Rows of ``source``, one entry per (node, device) sampled inside the measured steps or on
+    both sides of them, by node/device; every row of such a device is kept (its energy counter
+    is interpolated across the windows' edges), each marked measured or not."""
     if telemetry.num_rows == 0:
         return []
     t = telemetry["t"].to_numpy()
     window = window_index(t, windows)
-    keep = np.r_[windows.phase == MEASURED, False][window]  # window -1: not measured
-    keep &= pc.equal(telemetry["source"], source).to_numpy(zero_copy_only=False)
+    measured = np.r_[windows.phase == MEASURED, False][window]  # window -1: not measured
+    keep = pc.equal(telemetry["source"], source).to_numpy(zero_copy_only=False)
     kept = int(np.count_nonzero(keep))
-    if not kept:
+    is_measured = windows.phase == MEASURED
+    if not kept or not is_measured.any():
         return []
+    lo, hi = windows.start[is_measured].min(), windows.end[is_measured].max()
     node, dev = _ints(telemetry["node"]), _ints(telemetry["device"])  # device -1 on host rows
     span = int(dev.max()) + 2
     key = node.astype(np.int32 if (int(node.max()) + 1) * span < 2**31 else np.int64)
@@ -102,10 +117,12 @@ def _series(telemetry: pa.Table, windows: StepWindows, source: str) -> list[_Ser
     order = np.argsort(lut[key], kind="stable")[:kept]  # a radix sort for these small codes
     series = []
     for k, rows in zip(present, np.split(order, np.cumsum(counts[present])[:-1]), strict=True):
+        if not np.any(measured[rows]) and not (t[rows].min() <= hi and t[rows].max() >= lo):
+            continue  # neither sampled inside the measured steps nor around them
         if np.any(t[rows[1:]] < t[rows[:-1]]):  # slow rows are written as their reads end
             rows = rows[np.argsort(t[rows], kind="stable")]
         series.append(_Series(int(k // span), int(k % span) - 1 if k % span else None,
-                              t[rows], window[rows], rows))
+                              t[rows], window[rows], rows, measured[rows]))
     return series
 
 
@@ -123,43 +140,6 @@ def _stats(x: np.ndarray) -> tuple[float | None, float | None]:
     """Mean and max over the non-NaN values, or None."""
     x = x[~np.isnan(x)]
     return (float(x.mean()), float(x.max())) if len(x) else (None, None)
-
-
-def _inside(t: np.ndarray, window: np.ndarray, windows: StepWindows) -> np.ndarray:
-    """Per pair of consecutive readings: the fraction of its interval inside step windows.
-
-    1 for two readings in one window; for readings in adjacent windows (consecutive steps),
-    the part before the first window's end plus the part after the next window's start, so a
-    change that spans the short gap between steps is split linearly and the gap's share left
-    out; 0 otherwise.
-    """
-    w0, w1, dt = window[:-1], window[1:], np.diff(t)
-    frac = (w1 == w0).astype(float)
-    adjacent = (w1 == w0 + 1) & (dt > 0)
-    if adjacent.any():
-        t0, t1 = t[:-1][adjacent], t[1:][adjacent]
-        span = (windows.end[w0[adjacent]] - t0) + (t1 - windows.start[w1[adjacent]])
-        frac[adjacent] = np.clip(span / dt[adjacent], 0.0, 1.0)
-    return frac
-
-
-def _counter_energy(t: np.ndarray, window: np.ndarray, e: np.ndarray,
-                    windows: StepWindows) -> float | None:
-    """The counter's rise inside measured windows (pairs weighted by :func:`_inside`)."""
-    ok = ~np.isnan(e)
-    t, window, e = t[ok], window[ok], e[ok]
-    frac = _inside(t, window, windows)
-    return float(np.sum(np.diff(e) * frac)) if np.any(frac > 0) else None
-
-
-def _integrated_energy(t: np.ndarray, window: np.ndarray, p: np.ndarray,
-                       windows: StepWindows) -> float | None:
-    """Trapezoidal integral of power inside measured windows (pairs as in the counter's)."""
-    ok = ~np.isnan(p)
-    t, window, p = t[ok], window[ok], p[ok]
-    frac = _inside(t, window, windows)
-    return (float(np.sum(np.diff(t) * (p[1:] + p[:-1]) / 2 * frac)) if np.any(frac > 0)
-            else None)
 
 
 def _excursions(t: np.ndarray, p: np.ndarray, threshold: float) -> tuple[int, float]:
@@ -199,33 +179,69 @@ def _power(telemetry: pa.Table, rows: np.ndarray) -> tuple[np.ndarray, str | Non
     return power, None
 
 
+def _temp_slope(t: np.ndarray, temp: np.ndarray) -> float | None:
+    """Least-squares slope of temperature over the last :data:`STEADY_TAIL` of the samples'
+    span, degrees C per minute (None with fewer than three readings there)."""
+    read = ~np.isnan(temp)
+    t, temp = t[read], temp[read]
+    if len(t) < 3:
+        return None
+    tail = t >= t[-1] - STEADY_TAIL * (t[-1] - t[0])
+    if np.count_nonzero(tail) < 3 or np.ptp(t[tail]) <= 0:
+        return None
+    return float(np.polyfit(t[tail], temp[tail], 1)[0] * 60.0)
+
+
+def _rel(a: float | None, b: float | None) -> float | None:
+    """``a / b - 1``, or None when either is unknown or ``b`` is not positive."""
+    return a / b - 1 if a is not None and b else None
+
+
 def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[str, Any],
             excursion_frac: float, measured_steps: int) -> tuple[dict[str, Any], np.ndarray]:
     """One device's figures, and its throttle value counts for the job's pooled fractions."""
-    power, power_field = _power(telemetry, s.rows)
-    counter = _values(telemetry, "energy_j", s.rows)
-    energy, source = _counter_energy(s.t, s.window, counter, windows), "counter"
+    power_all, power_field = _power(telemetry, s.rows)
+    m = s.measured
+    rows, t, power = s.rows[m], s.t[m], power_all[m]
+    is_measured = windows.phase == MEASURED
+    got = device_energy(windows, is_measured, s.t, _values(telemetry, "energy_j", s.rows),
+                        power_all)
+    energy, source = got.counter_j, "counter"
     if energy is None:
-        energy, source = _integrated_energy(s.t, s.window, power, windows), "integrated power"
+        energy, source = got.integral_j, "integrated power"
     p_mean, p_peak = _stats(power)
+    power_samples = int(np.count_nonzero(~np.isnan(power)))
+    window_s = float(windows.end[is_measured].max() - windows.start[is_measured].min())
+    short = (None if power_field is None and not got.counter_readings
+             else bool((power_field is not None and power_samples < MIN_POWER_SAMPLES)
+                       or 0 < got.counter_readings < MIN_COUNTER_READINGS))
     limit, clock_max = fact.get("power_limit_w"), fact.get("clock_sm_max_mhz")
-    runs, run_s = (_excursions(s.t, power, excursion_frac * limit)
+    runs, run_s = (_excursions(t, power, excursion_frac * limit)
                    if limit and p_mean is not None else (None, None))
-    temp_mean, temp_max = _stats(_values(telemetry, "temp_gpu_c", s.rows))
-    clock = _stats(_values(telemetry, "clock_sm_mhz", s.rows))[0]
-    counts = _throttle_counts(_values(telemetry, "throttle", s.rows))
+    temps = _values(telemetry, "temp_gpu_c", rows)
+    temp_mean, temp_max = _stats(temps)
+    slope = _temp_slope(t, temps)
+    clock = _stats(_values(telemetry, "clock_sm_mhz", rows))[0]
+    counts = _throttle_counts(_values(telemetry, "throttle", rows))
     frac, by_reason = _throttle_fracs(counts)
     return {
-        "node": s.node, "device": s.device, "samples": len(s.t),
+        "node": s.node, "device": s.device, "samples": len(t),
+        "power_samples": power_samples, "counter_readings": got.counter_readings,
+        "window_s": window_s, "window_short": short,
         "energy_j": energy, "energy_source": source if energy is not None else None,
         "energy_j_per_step": energy / measured_steps if energy is not None else None,
+        "counter_coverage": got.counter_coverage,
+        "power_integral_j": got.integral_j,
+        "counter_vs_integral": _rel(got.counter_j, got.integral_j),
         "power_field": power_field, "power_w_mean": p_mean, "power_w_peak": p_peak,
         "peak_to_mean": p_peak / p_mean if p_mean else None, "power_limit_w": limit,
         "excursions": runs, "excursion_s": run_s,
         "temp_gpu_c_mean": temp_mean, "temp_gpu_c_max": temp_max,
-        "temp_mem_c_max": _stats(_values(telemetry, "temp_mem_c", s.rows))[1],
+        "temp_slope_c_per_min": slope,
+        "temp_steady": abs(slope) <= TEMP_STEADY_C_PER_MIN if slope is not None else None,
+        "temp_mem_c_max": _stats(_values(telemetry, "temp_mem_c", rows))[1],
         "clock_sm_frac_of_max": clock / clock_max if clock is not None and clock_max else None,
-        "util_gpu_pct_mean": _stats(_values(telemetry, "util_gpu_pct", s.rows))[0],
+        "util_gpu_pct_mean": _stats(_values(telemetry, "util_gpu_pct", rows))[0],
         "throttle_frac": frac, "throttle_frac_by_reason": by_reason,
     }, counts
 
@@ -254,11 +270,23 @@ def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_
     power_fields = set(known("power_field"))
     means = known("temp_gpu_c_mean")
     frac, by_reason = _throttle_fracs(counts)
+    integrals = [d["power_integral_j"] for d in per_device]
+    integral = sum(integrals) if integrals and None not in integrals else None
+    counters = all(d["energy_source"] == "counter" for d in per_device)
+    steady = known("temp_steady")
     return {
         "energy_j": total,
         "energy_source": (None if total is None
                           else sources.pop() if len(sources) == 1 else "mixed"),
         **_per_token(total, tokens_per_step, measured_steps),
+        "power_integral_j": integral,
+        "counter_vs_integral": _rel(total, integral) if counters else None,
+        "counter_coverage_min": min(known("counter_coverage"), default=None),
+        "power_samples_min": min((d["power_samples"] for d in per_device), default=None),
+        "counter_readings_min": min((d["counter_readings"] for d in per_device), default=None),
+        "window_s": max((d["window_s"] for d in per_device), default=None),
+        "window_short": any(known("window_short")) if known("window_short") else None,
+        "temp_steady": all(steady) if steady else None,
         "power_field": (None if not power_fields
                         else power_fields.pop() if len(power_fields) == 1 else "mixed"),
         "power_w_mean": _fmean(known("power_w_mean")),
@@ -283,6 +311,7 @@ def device_metrics(
     devices: list[dict[str, Any]],
     tokens_per_step: int,
     excursion_frac: float = 0.9,
+    zeus_phase_j: Sequence[float | None] = (),
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Power and thermal metrics of every GPU over the measured steps, and their aggregate.
 
@@ -293,6 +322,8 @@ def device_metrics(
             and ``clock_sm_max_mhz`` (either may be missing or None).
         tokens_per_step: Tokens the whole job trains per step (global batch x sequence).
         excursion_frac: Excursion threshold as a fraction of the power limit.
+        zeus_phase_j: Zeus's energy of each rank's GPU over the measured phase
+            (:func:`zeus_cross_check`).
 
     Returns:
         ``(per_device, aggregate)``: one dict per (node, device) with measured samples, in
@@ -308,24 +339,36 @@ def device_metrics(
         per_device.append(figures)
         counts += device_counts
     aggregate = _aggregate(per_device, counts, tokens_per_step, measured_steps, excursion_frac)
-    return per_device, {**aggregate, **zeus_cross_check(steps, aggregate, len(per_device))}
+    zeus = zeus_cross_check(steps, aggregate, len(per_device), zeus_phase_j)
+    checks = [abs(x) for x in (*(d["counter_vs_integral"] for d in per_device),
+                               aggregate["counter_vs_integral"], zeus["zeus_vs_counter"])
+              if x is not None]
+    return per_device, {**aggregate, **zeus, "energy_check_max": max(checks, default=None)}
 
 
-def zeus_cross_check(steps: pa.Table, aggregate: dict[str, Any],
-                     devices: int) -> dict[str, Any]:
+def zeus_cross_check(steps: pa.Table, aggregate: dict[str, Any], devices: int,
+                     zeus_phase_j: Sequence[float | None] = ()) -> dict[str, Any]:
     """Zeus's energy over the measured steps against the sampled hardware counter's.
 
-    ``zeus_energy_j`` sums every rank's Zeus step windows (``steps.parquet`` ``gpu_energy_j``)
-    over the measured steps; ``zeus_vs_counter`` is ``zeus_energy_j / energy_j - 1`` when the
+    Zeus measures each rank's GPU over one window around the whole measured phase
+    (``zeus_phase_j``, one entry per rank that ran measured steps; ``metrics.json``
+    ``per_rank[].zeus_measured_energy_j``); bundles of kit versions that opened a window per
+    step carry it per step in ``steps.parquet`` ``gpu_energy_j`` instead, used where the
+    phase windows are missing. ``zeus_vs_counter`` is ``zeus_energy_j / energy_j - 1`` when the
     job's energy comes from the counter and every sampled device is one rank's GPU (the same
-    devices over the same windows, read two ways), else None.
+    devices over the same span, read two ways), else None.
     """
     measured = steps.filter(pc.equal(steps["phase"], "measured"))
-    energy = measured["gpu_energy_j"]
-    if measured.num_rows == 0 or energy.null_count:
+    if measured.num_rows == 0:
         return {"zeus_energy_j": None, "zeus_vs_counter": None}
-    zeus = float(pc.sum(energy).as_py())
     ranks = len(pc.unique(measured["rank"]))
+    per_step = measured["gpu_energy_j"]
+    if len(zeus_phase_j) == ranks and None not in zeus_phase_j:
+        zeus = float(sum(e for e in zeus_phase_j if e is not None))
+    elif per_step.null_count == 0:
+        zeus = float(pc.sum(per_step).as_py())
+    else:
+        return {"zeus_energy_j": None, "zeus_vs_counter": None}
     counter = aggregate.get("energy_j") if aggregate.get("energy_source") == "counter" else None
     rel = zeus / counter - 1 if counter and devices == ranks else None
     return {"zeus_energy_j": zeus, "zeus_vs_counter": rel}
@@ -349,13 +392,15 @@ def host_power(telemetry: pa.Table, steps: pa.Table, tokens_per_step: int) -> di
     """
     windows = step_windows(steps)
     means, peaks, energies = [], [], []
+    measured = windows.phase == MEASURED
     for s in _series(telemetry, windows, "host"):
         power = _values(telemetry, "cpu_power_w", s.rows)
-        mean, peak = _stats(power)
+        mean, peak = _stats(power[s.measured])
         if mean is not None:
             means.append(mean)
             peaks.append(peak)
-        energies.append(_integrated_energy(s.t, s.window, power, windows))
+        energies.append(device_energy(windows, measured, s.t, np.full(len(s.t), np.nan),
+                                      power).integral_j)
     total = sum(energies) if energies and None not in energies else None
     return {"power_w_mean": _fmean(means),
             "power_w_peak": max(peaks, default=None), "energy_j": total,

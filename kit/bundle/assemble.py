@@ -269,9 +269,13 @@ def read_sampler_report(chunks_dir: Path) -> SamplerReport | None:
 def sampler_record(node: int, report: SamplerReport) -> dict[str, Any]:
     """What one node's sampler cost and did, for ``metrics.json`` ``samplers``; from a sampler
     that was killed, what its report said after its first tick (``complete`` False)."""
+    attempted = report.ticks + report.missed_ticks
     return {"node": node, "complete": report.complete, "cpu_s": report.cpu_s,
             "wall_s": report.wall_s,
+            "cpu_cores": (report.cpu_s / report.wall_s
+                          if report.cpu_s is not None and report.wall_s else None),
             "ticks": report.ticks, "missed_ticks": report.missed_ticks,
+            "missed_tick_frac": report.missed_ticks / attempted if attempted else None,
             "mean_period_ms": report.mean_period_ms, "rows_written": report.rows_written}
 
 
@@ -353,8 +357,9 @@ def assemble_bundle(
     facts = [{"node": i, **d} for i, n in enumerate(nodes)
              for d in device_facts(n.report, replay=True)]
     summary, per_device, power, notes = summarize(
-        cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r], facts
-    )
+        cfg, steps, telemetry, [r.mem_peak_bytes for r in results if r], facts,
+        zeus_phase_j=[r.measured_energy_j for r in results
+                      if r and any(s.phase == "measured" for s in r.steps)])
     notes += [n for r in results[:1] if r for n in r.notes]
     notes += end.notes + telemetry_notes(report)
     metrics = MetricsFile(

@@ -331,7 +331,11 @@ class MetricsFile(BaseModel):
         default_factory=dict,
         description="Job-level power/thermal detail beyond the summary (kit.analysis.power): "
         "energy_j and its source, energy_j_per_step, peak_to_mean (worst device), excursions "
-        "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason.",
+        "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason; the "
+        "energy cross-checks (power_integral_j, counter_vs_integral, zeus_energy_j, "
+        "zeus_vs_counter, energy_check_max) and what the figures rest on (power_samples_min, "
+        "counter_readings_min, counter_coverage_min, window_s, window_short, temp_steady), "
+        "docs/metrics.md.",
     )
     lifecycle: dict[str, Any] = Field(
         default_factory=dict,
@@ -360,9 +364,10 @@ class MetricsFile(BaseModel):
         description="One dict per node's telemetry sampler (kit.bundle.assemble.sampler_record):"
         " node, complete (false: the sampler was killed, and the rest is what it reported after "
         "its first tick), cpu_s (CPU time of the sampler process, user + system over all its "
-        "threads, seconds: its cost to the node), wall_s, ticks, missed_ticks, mean_period_ms "
-        "(between ticks), rows_written; empty without telemetry, and in bundles written before "
-        "the kit recorded it.",
+        "threads, seconds: its cost to the node), wall_s, cpu_cores (cpu_s / wall_s: the "
+        "share of one core it used), ticks, missed_ticks, missed_tick_frac (missed / (ticks + "
+        "missed)), mean_period_ms (between ticks), rows_written; empty without telemetry, and "
+        "in bundles written before the kit recorded it.",
     )
 
     @field_validator("summary")

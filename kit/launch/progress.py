@@ -65,6 +65,11 @@ class ProgressWatcher:
             self._stepped = True
             loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
             info = f"{rec['phase']} {rec['t_end'] - rec['t_start']:.3f}s/step loss {loss}"
+            if rec["step"] >= self.total:  # rank 0 extended a measured phase that was short
+                self.total = rec["step"] + 1
+                info += " (measured phase extended to its minimum length)"
+                if self._bar is not None and self._task is not None:
+                    self._bar.update(self._task, total=self.total)
             if self._bar is not None and self._task is not None:
                 self._bar.update(self._task, completed=rec["step"] + 1, info=info)
             else:

@@ -12,9 +12,10 @@ import contextlib
 import errno
 import importlib
 import json
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from kit.lifecycle import Marks, describe, launcher_start_time
 from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
+from kit.telemetry.edges import EDGE_ENV
 from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
 
 if TYPE_CHECKING:
@@ -84,6 +86,19 @@ def missing_reason(why: str, report: SamplerReport | None, notes: list[str]) -> 
     return f"the sampler gave no report ({notes[-1]}); rows it streamed before are kept"
 
 
+@contextlib.contextmanager
+def _edge_env(sampler: TelemetrySampler | None) -> Iterator[None]:
+    """The ranks started inside find the sampler's edge pipe (kit.telemetry.edges)."""
+    if sampler is None:
+        yield
+        return
+    os.environ[EDGE_ENV] = str(sampler.edge_path)
+    try:
+        yield
+    finally:
+        os.environ.pop(EDGE_ENV, None)
+
+
 def sample_and_launch(
     cfg: RunConfig,
     chunks_dir: Path,
@@ -127,7 +142,8 @@ def sample_and_launch(
             for poll in polls:
                 poll()
 
-        outcome = launch(on_poll)
+        with _edge_env(sampler):
+            outcome = launch(on_poll)
     except Exception as e:  # the launcher itself broke: still publish a bundle saying so
         launch_error = f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
     finally:

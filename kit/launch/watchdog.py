@@ -82,7 +82,8 @@ class StallPolicy:
     Attributes:
         timeout_s: ``--stall-timeout-s``; None = derived from the median step.
         slow_steps: Steps whose completion may take the start-up allowance.
-        total_steps: Steps every rank runs (warmup included).
+        total_steps: The most steps a rank may run (warmup included; a measured phase may
+            extend itself, RunConfig.max_total_steps).
     """
 
     timeout_s: float | None
@@ -124,7 +125,7 @@ def stall_policy(cfg: RunConfig) -> StallPolicy | None:
 
         profiled = profiled_steps(cfg)
         slow |= {*profiled, profiled.stop}
-    return StallPolicy(cfg.stall_timeout_s, frozenset(slow), cfg.total_steps)
+    return StallPolicy(cfg.stall_timeout_s, frozenset(slow), cfg.max_total_steps)
 
 
 def stall_watchdog(cfg: RunConfig, staging: Path, node: int, worker: str,

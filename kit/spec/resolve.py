@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
+from kit.measure_window import default_min_measured_s
 from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
@@ -86,6 +87,12 @@ class RunRequest(BaseModel):
     warmup: int = Field(3, ge=0, description="Unmeasured steps first.")
     telemetry_interval_ms: int = Field(
         20, ge=0, description="Telemetry sampling period in ms; 0 turns telemetry off.")
+    min_measured_s: float | None = Field(
+        None, ge=0, description="Least seconds of measured steps: a run whose --steps end "
+        "sooner runs more measured steps until then (saying so), at most 20 x --steps, so its "
+        "power peaks and energy rest on enough samples (docs/metrics.md). Default: 100 "
+        "telemetry periods or 4 s, whichever is longer, where devices are sampled; 0 on a "
+        "CPU host or with telemetry off.")
     profile: bool = Field(
         False, description="Record a kernel profile and its per-rank breakdown "
         "(docs/profiling.md).")
@@ -255,6 +262,9 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         steps=req.steps,
         warmup=req.warmup,
         telemetry_interval_ms=req.telemetry_interval_ms,
+        min_measured_s=(req.min_measured_s if req.min_measured_s is not None
+                        else default_min_measured_s(req.telemetry_interval_ms,
+                                                    not platform.is_cpu)),
         profile=req.profile or bool(req.profile_steps or req.profile_ranks) or req.chakra,
         profile_steps=_step_range(req.profile_steps, req.warmup + req.steps),
         profile_ranks=_rank_list(req.profile_ranks),

@@ -93,6 +93,10 @@ class RunConfig(BaseModel):
     telemetry_interval_ms: int = Field(
         ge=0, description="Telemetry sampling period, milliseconds; 0 turns telemetry off."
     )
+    min_measured_s: float = Field(
+        0.0, ge=0, description="Least seconds of measured steps: rank 0 asks for more measured "
+        "steps (all ranks agree at each step's start) until the measured phase lasts this "
+        "long, at most MAX_EXTENSION x steps in all (kit.measure_window).")
     profile: bool = Field(
         False, description="Record a kernel profile (torch.profiler/Kineto) of the profiled "
         "steps on the profiled ranks, and its breakdown (kit.launch.profiling).")
@@ -140,3 +144,11 @@ class RunConfig(BaseModel):
     def total_steps(self) -> int:
         """Warmup plus measured steps."""
         return self.warmup + self.steps
+
+    @property
+    def max_total_steps(self) -> int:
+        """The most steps a rank may run: the measured phase may extend itself
+        (``min_measured_s``, :data:`kit.measure_window.MAX_EXTENSION`)."""
+        from kit.measure_window import MAX_EXTENSION
+
+        return self.warmup + self.steps * (MAX_EXTENSION if self.min_measured_s > 0 else 1)

@@ -86,6 +86,11 @@ class FieldInfo:
     read_period_ms: float | None = None
 
 
+EDGE_FIELDS = frozenset({"energy_j"})
+"""Slow fields read again, off schedule, when the measured phase starts and ends and when the
+sampler stops, so that their readings bracket the measured span (kit.analysis.energy)."""
+
+
 @dataclass(frozen=True)
 class SlowReader:
     """A group of slow fields (e.g. one device's cumulative counters), read off the fast path.

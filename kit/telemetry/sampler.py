@@ -30,8 +30,10 @@ Typical use::
 
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ from kit.errors import KitInputError
 from kit.telemetry import load_source_class, source_target
 from kit.telemetry.base import TelemetryError, TelemetrySource
 from kit.telemetry.chunks import CHUNK_GLOB, ChunkWriter, rss_bytes
+from kit.telemetry.edges import make_edge_pipe, open_edge_pipe
 from kit.telemetry.field_periods import FieldPeriods
 from kit.telemetry.sampler_report import REPORT_NAME, SamplerErrorRecord, SamplerReport
 from kit.telemetry.slow_lanes import SamplerClock, SlowLane
@@ -69,6 +72,8 @@ class _ChildConfig:
     chunks_dir: Path
     chunk_rows: int
     flush_s: float
+    edge_path: Path | None = None
+    """The named pipe ranks poke at the measured phase's edges (kit.telemetry.edges)."""
 
 
 class _SamplerLoop:
@@ -123,8 +128,12 @@ class _SamplerLoop:
             for lane in self._lanes[name]:
                 lane.start()
 
-    def _stop_lanes(self, name: str) -> bool:
-        """Stop a source's slow lanes and wait for them (bounded); whether all ended."""
+    def _stop_lanes(self, name: str, final: bool = False) -> bool:
+        """Stop a source's slow lanes and wait for them (bounded); whether all ended.
+
+        ``final`` (the sampler stops, the source is healthy): each ended lane then reads its
+        edge fields once more, so the energy counter's last reading follows the run's end.
+        """
         lanes = self._lanes.pop(name, [])
         for lane in lanes:
             lane.stop()
@@ -133,7 +142,16 @@ class _SamplerLoop:
         if not all(ended):
             self.record(time.time(), name, "", TelemetryError(
                 f"a slow read did not end within {LANE_JOIN_S:g} s; the source was not closed"))
+        elif final:
+            for lane in lanes:
+                lane.read_edges()
         return all(ended)
+
+    def poke_lanes(self) -> None:
+        """The measured phase starts or ends: every lane reads its edge fields now."""
+        for lanes in self._lanes.values():
+            for lane in lanes:
+                lane.poke()
 
     def _close(self, name: str, source: TelemetrySource) -> None:
         """End a source: its lanes, its final verdicts, its handles."""
@@ -166,7 +184,7 @@ class _SamplerLoop:
                 self._close(name, source)
         self._drain_slow_rows()
 
-    def run(self, conn: Connection, wake_fd: int) -> None:
+    def run(self, conn: Connection, wake_fd: int, edge_fd: int | None) -> None:
         """Sample on a fixed schedule until the parent says stop, goes away, or SIGTERM comes.
 
         Ticks are scheduled at ``start + k * interval`` on the monotonic clock, so the period
@@ -174,7 +192,8 @@ class _SamplerLoop:
         missed instead of bursting to catch up. Row times are unix seconds derived from the
         monotonic clock (:class:`SamplerClock`). Between ticks the loop sleeps in ``wait`` on
         the parent's pipe and on ``wake_fd`` (written by the SIGTERM handler), so any of the
-        three ends the sleep at once.
+        three ends the sleep at once; so does a poke on ``edge_fd`` (the measured phase's
+        edge), which has every slow lane read its edge fields at once and sampling go on.
         """
         interval_s = self._cfg.interval_ms / 1000.0
         self._start_lanes()
@@ -194,7 +213,12 @@ class _SamplerLoop:
                 missed = int(behind_s / interval_s) + 1
                 self.report.missed_ticks += missed
                 next_tick += missed * interval_s
-            self.report.ended_by = _wait_for_end(conn, wake_fd, next_tick - time.monotonic())
+            while True:
+                ended_by = _wait_for_end(conn, wake_fd, edge_fd, next_tick - time.monotonic())
+                if ended_by != _EDGE:
+                    break
+                self.poke_lanes()
+            self.report.ended_by = ended_by
         if self.report.ticks > 1:
             self.report.mean_period_ms = 1000.0 * (last_tick - first_tick) / (self.report.ticks - 1)
 
@@ -208,7 +232,7 @@ class _SamplerLoop:
         """
         try:
             for name in list(self._lanes):
-                if not self._stop_lanes(name):
+                if not self._stop_lanes(name, final=True):
                     self._sources.pop(name, None)  # a read is still running in it: not closed
             self._drain_slow_rows()
             self._writer.flush()
@@ -229,9 +253,22 @@ class _SamplerLoop:
             self.report.write(self._cfg.chunks_dir / REPORT_NAME)
 
 
-def _wait_for_end(conn: Connection, wake_fd: int, timeout_s: float) -> str | None:
-    """Sleep up to ``timeout_s``; return why sampling must end, or None to sample again."""
-    ready = wait([conn, wake_fd], max(0.0, timeout_s))
+_EDGE = "edge"
+"""What :func:`_wait_for_end` returns for a poke at the measured phase's edge."""
+
+
+def _wait_for_end(conn: Connection, wake_fd: int, edge_fd: int | None,
+                  timeout_s: float) -> str | None:
+    """Sleep up to ``timeout_s``; return why sampling must end, :data:`_EDGE` for a poke at
+    the measured phase's edge, or None to sample again."""
+    ready = wait([conn, wake_fd, *([edge_fd] if edge_fd is not None else [])],
+                 max(0.0, timeout_s))
+    if edge_fd is not None and edge_fd in ready:
+        try:
+            os.read(edge_fd, 512)
+        except BlockingIOError:  # another waiter took it: nothing to do
+            return None
+        return _EDGE
     if wake_fd in ready:
         os.read(wake_fd, 512)
         return "SIGTERM"
@@ -256,10 +293,11 @@ def _sampler_main(cfg: _ChildConfig, conn: Connection) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     loop = _SamplerLoop(cfg)
+    edge_fds = open_edge_pipe(cfg.edge_path) if cfg.edge_path is not None else None
     try:
         try:
             if loop.report.sources:
-                loop.run(conn, wake_r)
+                loop.run(conn, wake_r, edge_fds[0] if edge_fds else None)
         except Exception as e:
             loop.record(time.time(), "sampler", "", e)
             raise
@@ -305,12 +343,15 @@ class TelemetrySampler:
             raise KitInputError(
                 f"telemetry interval_ms ({interval_ms}) and chunk_rows ({chunk_rows}) must be > 0"
             )
+        self._edge_dir = Path(tempfile.mkdtemp(prefix="charllm-sampler-"))
+        make_edge_pipe(self._edge_dir / "edge")
         self._cfg = _ChildConfig(
             sources=[(name, source_target(name), dict(kwargs)) for name, kwargs in sources],
             interval_ms=float(interval_ms),
             chunks_dir=Path(chunks_dir),
             chunk_rows=chunk_rows,
             flush_s=flush_s,
+            edge_path=self._edge_dir / "edge",
         )
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
@@ -328,6 +369,13 @@ class TelemetrySampler:
         return self._proc.pid
 
     @property
+    def edge_path(self) -> Path:
+        """The named pipe to poke at the measured phase's edges (:mod:`kit.telemetry.edges`);
+        the ranks find it in :data:`~kit.telemetry.edges.EDGE_ENV`."""
+        assert self._cfg.edge_path is not None
+        return self._cfg.edge_path
+
+    @property
     def report_path(self) -> Path:
         """Where the sampler process writes its report."""
         return self._cfg.chunks_dir / REPORT_NAME
@@ -339,6 +387,13 @@ class TelemetrySampler:
             TelemetryError: ``chunks_dir`` holds an earlier run's files, or the process exited
                 (e.g. no source could be built) or did not sample within ``timeout_s``.
         """
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self._remove_edge_pipe()
+            raise
+
+    def _start(self, timeout_s: float) -> None:
         chunks_dir = self._cfg.chunks_dir
         chunks_dir.mkdir(parents=True, exist_ok=True)
         if self.report_path.exists() or any(chunks_dir.glob(CHUNK_GLOB)):
@@ -383,6 +438,7 @@ class TelemetrySampler:
         else:
             ending = _exit_text(self._proc.exitcode)
         self._conn.close()
+        self._remove_edge_pipe()
         if not self.report_path.exists():
             raise TelemetryError(f"telemetry sampler failed: {self._why()}")
         report = SamplerReport.read(self.report_path)
@@ -393,6 +449,10 @@ class TelemetrySampler:
                 "chunk are lost, those before are kept",
             ))
         return report
+
+    def _remove_edge_pipe(self) -> None:
+        """Remove the edge pipe's folder (a rank's late poke then finds no pipe)."""
+        shutil.rmtree(self._edge_dir, ignore_errors=True)
 
     def _why(self) -> str:
         """Explain an exited sampler process: its report's errors, else its exit code."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any
 
-from kit.telemetry.base import SlowReader
+from kit.telemetry.base import EDGE_FIELDS, SlowReader
 
 GROUP_S = 0.001
 """Fields due within this many seconds of each other are read together, into one row."""
@@ -61,7 +61,9 @@ class SlowLane:
         self._clock = clock
         self._out = out
         self._on_error = on_error
-        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._edge = False
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"telemetry {source} {reader.label}")
 
@@ -71,33 +73,61 @@ class SlowLane:
 
     def stop(self) -> None:
         """Ask the lane to end after the read in progress, if any."""
-        self._stop.set()
+        self._stopping = True
+        self._wake.set()
+
+    def poke(self) -> None:
+        """Ask for its :data:`~kit.telemetry.base.EDGE_FIELDS` to be read now, off schedule:
+        the measured phase starts or ends (:mod:`kit.telemetry.edges`)."""
+        self._edge = True
+        self._wake.set()
+
+    def read_edges(self) -> None:
+        """Read the edge fields once, on the caller's thread: the lane has ended and the
+        sampler stops, so the last reading comes after the run's last step."""
+        edges = frozenset(EDGE_FIELDS & set(self._reader.periods_ms))
+        if edges:
+            self._read(edges)
 
     def join(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the lane to end; whether it did."""
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def _read(self, fields: frozenset[str]) -> bool:
+        """Read ``fields`` once and queue the row; whether the lane may go on."""
+        try:
+            row = self._reader.read(self._clock.unix(time.monotonic()), fields)
+        except Exception as e:  # noqa: BLE001 - reported; the fast fields go on.
+            self._on_error(self._clock.unix(time.monotonic()), self.source,
+                           f"slow reads of {self._reader.label} stopped: ", e)
+            return False
+        if row is None:
+            return False
+        if any(row[f] is not None for f in fields):  # all null (resets, losses): no row
+            self._out.put((self.source, row))
+        return True
+
     def _run(self) -> None:
         periods = {name: ms / 1e3 for name, ms in self._reader.periods_ms.items()}
+        edges = frozenset(EDGE_FIELDS & set(periods))
         slot = dict.fromkeys(periods, 0)
         start = time.monotonic()
         while True:
             due = min(start + slot[f] * periods[f] for f in periods)
-            if self._stop.wait(max(0.0, due - time.monotonic())):
+            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if self._stopping:
                 return
             now = time.monotonic()
             fields = frozenset(f for f in periods if start + slot[f] * periods[f] <= now + GROUP_S)
-            try:
-                row = self._reader.read(self._clock.unix(now), fields)
-            except Exception as e:  # noqa: BLE001 - reported; the fast fields go on.
-                self._on_error(self._clock.unix(time.monotonic()), self.source,
-                               f"slow reads of {self._reader.label} stopped: ", e)
+            if self._edge:
+                self._edge = False
+                fields |= edges
+            if not fields:
+                continue
+            if not self._read(fields):
                 return
-            if row is None:
-                return
-            if any(row[f] is not None for f in fields):  # all null (resets, losses): no row
-                self._out.put((self.source, row))
             after = time.monotonic()
             for f in fields:
                 slot[f] = max(slot[f] + 1, math.floor((after - start) / periods[f]) + 1)

@@ -19,8 +19,11 @@ HOPPER_POWER_PERIOD_MS = 100.0
 ``benchmarks/telemetry/nvml_probe.py`` measures it on the machine at hand."""
 
 SLOW_READ_MS: dict[str, float] = {
-    # The counter's own refresh period on Hopper: reading it more often repeats values.
-    "energy_j": 100.0,
+    # 4 ms of CPU a read (the sampler's heaviest: 58% of its CPU at 100 ms on a busy H100,
+    # benchmarks/telemetry/results/sampler-cost-h100.txt). Between readings the power samples
+    # share out its rise, and it is read again at the measured phase's edges
+    # (kit.analysis.energy, kit.telemetry.edges), so a slower read loses no energy.
+    "energy_j": 500.0,
     # 32-bit registers (uiVal): read every 100 ms they are exact up to 42.9 GB/s per direction.
     "pcie_tx_bytes": 100.0,
     "pcie_rx_bytes": 100.0,
@@ -28,9 +31,10 @@ SLOW_READ_MS: dict[str, float] = {
     # counters, so a coarser read loses nothing but time resolution.
     "link_tx_bytes": 200.0,
     "link_rx_bytes": 200.0,
-    # 64-bit cumulative nanoseconds, 1.3 ms per device for both.
-    "viol_power_s": 100.0,
-    "viol_thermal_s": 100.0,
+    # 64-bit cumulative nanoseconds, 1.3 ms per device for both (19% of the sampler's CPU at
+    # 100 ms); the throttle reasons are read every tick, these only total the time.
+    "viol_power_s": 500.0,
+    "viol_thermal_s": 500.0,
 }
 """The fields whose NVML queries are slow (1-13 ms per device each on H200, per round of two
 GPUs: NVLink per-link counters 26 ms, energy 9.8 ms, violation status 2.6 ms, PCIe 1.3 ms,
