@@ -29,7 +29,7 @@ header() {
 }
 sweep_part() {  # SWEEP_FILE NAME
   local file="$1" name="$2" folder="$RESULTS/$2"
-  local resume=(); [[ -f "$folder/index.json" ]] && resume=(--resume)
+  local resume=(); [[ -f "$folder/sweep.json" ]] && resume=(--resume)
   echo "\$ charllm-kit sweep $file --out $RESULTS ${resume[*]}"
   timeout --signal=TERM "$(left)" python3 -m kit sweep "$file" --out "$RESULTS" "${resume[@]}" 2>&1 \
     | grep -v -iE 'warn|^\s*$'
@@ -39,7 +39,7 @@ sweep_part() {  # SWEEP_FILE NAME
 }
 pack() {  # FOLDER: manifests, metrics and breakdowns of its bundles
   local folder="$1"
-  (cd "$folder" && find . \( -name manifest.json -o -name metrics.json -o -name 'rank*.breakdown.json' -o -name index.json \) \
+  (cd "$folder" && find . \( -name manifest.json -o -name metrics.json -o -name 'rank*.breakdown.json' -o -name sweep.json \) \
      -not -path '*.partial*' -print0 | tar --null -czf "$OUT/bundles-$TAG-$PART.tar.gz" -T -)
 }
 {
@@ -53,7 +53,7 @@ pack() {  # FOLDER: manifests, metrics and breakdowns of its bundles
     refs)
       echo "\$ python3 benchmarks/parallel/dp_scaling.py --gpus $NGPUS --micro-batch 2 --accum 2 --kit-args --dist-optimizer"
       python3 benchmarks/parallel/dp_scaling.py --gpus "$NGPUS" --micro-batch 2 --accum 2 \
-        --kit-args "--dist-optimizer" --json "$OUT/$TAG-dp_scaling.json" 2>&1 | grep -v -i warn
+        --kit-args=--dist-optimizer --json "$OUT/$TAG-dp_scaling.json" 2>&1 | grep -v -i warn
       echo "\$ python3 benchmarks/parallel/tp_reference.py --gpus $NGPUS --tp 2 --micro-batch 2 --global-batch 16 --kit"
       python3 benchmarks/parallel/tp_reference.py --gpus "$NGPUS" --tp 2 --micro-batch 2 \
         --global-batch 16 --kit --json "$OUT/$TAG-tp_reference.json" 2>&1 | grep -v -i warn

@@ -238,6 +238,14 @@ def main() -> None:
         "sampler_cpu_s": [s["cpu_s"] for s in samplers],
         "sampler_wall_s": [s["wall_s"] for s in samplers],
         "sampler_missed_ticks": [s["missed_ticks"] for s in samplers],
+        "sampler_cpu_cores": max((s["cpu_s"] / s["wall_s"] for s in samplers if s["wall_s"]),
+                                 default=None),
+        "missed_tick_frac": max((s["missed_ticks"] / (s["ticks"] + s["missed_ticks"])
+                                 for s in samplers if s["ticks"]), default=None),
+        "energy": [{k: json.loads((b / "metrics.json").read_text())["power"].get(k)
+                    for k in ("energy_j", "power_integral_j", "counter_vs_integral",
+                              "zeus_energy_j", "zeus_vs_counter", "power_samples_min",
+                              "counter_readings_min", "window_s")} for b in on],
         "periods": per_run[-1],
         "command": " ".join(["python3", *base[1:], "--platform", platform, *layout,
                              "--telemetry-interval-ms", f"{ASKED_MS} (and 0)"]),
@@ -249,6 +257,9 @@ def main() -> None:
         "fast_median_le_asked_plus_1pct": median is not None and median <= ASKED_MS * 1.01,
         "fast_p99_le_2x_asked": p99 is not None and p99 <= 2 * ASKED_MS,
         "throughput_within_1pct": result["throughput_ratio"] >= 0.99,
+        "fast_p99_le_30ms": p99 is not None and p99 <= 30.0,
+        "sampler_cpu_le_0.3_cores": (result["sampler_cpu_cores"] or 1.0) <= 0.3,
+        "missed_ticks_le_1pct": (result["missed_tick_frac"] or 1.0) <= 0.01,
     }
     say()
     if fast_stats:
@@ -276,6 +287,7 @@ def main() -> None:
     shutil.copy(first / "manifest.json", out / f"manifest-{tag}.json")
     shutil.copy(first / "metrics.json", out / f"metrics-{tag}.json")
     shutil.copy(first / "telemetry.parquet", out / f"telemetry-{tag}.parquet")
+    shutil.copy(first / "steps.parquet", out / f"steps-{tag}.parquet")
     shutil.rmtree(runs_dir, ignore_errors=True)
     if verify.returncode != 0:
         sys.exit(1)
