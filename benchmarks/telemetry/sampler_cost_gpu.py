@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -50,6 +51,61 @@ def say(line: str = "") -> None:
     LOG.append(line)
 
 
+def _hammer(call: Any, handles: list, stop: float, count: list[int], i: int) -> None:
+    """Call ``call`` on each of ``handles`` in turn until ``stop``, counting in ``count[i]``."""
+    while time.monotonic() < stop:
+        for h in handles:
+            call(h)
+            count[i] += 1
+
+
+def contention(devices: list[int], seconds: float) -> list[str]:
+    """CPU per NVML call, each call kind read for ``seconds`` by one thread going over every
+    device in turn, then by one thread per device at once: whether concurrent calls on
+    different GPUs cost more CPU than the same calls in sequence."""
+    import resource
+    import threading
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in devices]
+    fields = {"pcie": [(pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0)],
+              "nvlink": [(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link)
+                         for link in range(6)],
+              "power instant": [(pynvml.NVML_FI_DEV_POWER_INSTANT, 0)]}
+    calls = {"energy": pynvml.nvmlDeviceGetTotalEnergyConsumption,
+             "violation": lambda h: pynvml.nvmlDeviceGetViolationStatus(
+                 h, pynvml.NVML_PERF_POLICY_POWER),
+             "memory info": pynvml.nvmlDeviceGetMemoryInfo,
+             **{k: (lambda ids: lambda h: pynvml.nvmlDeviceGetFieldValues(h, ids))(v)
+                for k, v in fields.items()}}
+    lines = []
+    for name, call in calls.items():
+        for mode in ("sequential", "one thread per device"):
+            count = [0] * len(handles)
+            stop = time.monotonic() + seconds
+            cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+            if mode == "sequential":
+                _hammer(call, handles, stop, count, 0)
+            else:
+                threads = [threading.Thread(target=_hammer, args=(call, [h], stop, count, i))
+                           for i, h in enumerate(handles)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+            cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
+            cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+            sys_cpu = cpu1.ru_stime - cpu0.ru_stime
+            n = sum(count)
+            per, per_sys = 1e3 * cpu / max(n, 1), 1e3 * sys_cpu / max(n, 1)
+            lines.append(f"{name:14s} {mode:22s} {n / wall:8.0f} calls/s  {per:7.3f} ms "
+                         f"CPU/call ({per_sys:.3f} system)  {cpu / wall:5.2f} cores")
+    pynvml.nvmlShutdown()
+    return lines
+
+
 def configs(devices: list[int]) -> list[tuple[str, list[tuple[str, dict]]]]:
     """(name, sources) per configuration, cheapest first."""
     one = devices[:1]
@@ -57,6 +113,8 @@ def configs(devices: list[int]) -> list[tuple[str, list[tuple[str, dict]]]]:
         ("host only", [("host", {"node": 0})]),
         ("nvml 1 device, no nvlink", [("nvml", {"node": 0, "devices": one, "nvlink": False})]),
         ("nvml 1 device", [("nvml", {"node": 0, "devices": one})]),
+        (f"nvml {len(devices)} devices, no nvlink",
+         [("nvml", {"node": 0, "devices": devices, "nvlink": False})]),
         (f"nvml {len(devices)} devices", [("nvml", {"node": 0, "devices": devices})]),
         (f"nvml {len(devices)} devices + host",
          [("nvml", {"node": 0, "devices": devices}), ("host", {"node": 0})]),
@@ -87,8 +145,8 @@ def profile(pid: int, seconds: float, out: Path) -> list[str]:
         return ["py-spy not found"]
     raw = out / "pyspy.txt"
     r = subprocess.run([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)),
-                        "--rate", "200", "--threads", "--nonblocking", "--format", "raw",
-                        "--output", str(raw)], capture_output=True, text=True)
+                        "--rate", "200", "--threads", "--nonblocking", "--native",
+                        "--format", "raw", "--output", str(raw)], capture_output=True, text=True)
     if r.returncode != 0 or not raw.exists():
         return [f"py-spy failed: {(r.stderr or r.stdout).strip()[-300:]}"]
     leaf: dict[str, int] = {}
@@ -109,8 +167,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--devices", default="0,0,0,0")
+    ap.add_argument("--contention", type=float, default=0.0,
+                    help="seconds per call kind and mode of the NVML contention test (0: none)")
     args = ap.parse_args()
-    devices = [int(d) for d in args.devices.split(",")]
+    devices = ([int(d) for d in args.devices.split(",")] if args.devices != "all"
+               else list(range(len(subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                                                  text=True).stdout.splitlines()))))
     out = Path(os.environ.get("OUT", "results/sampler-cost"))
     out.mkdir(parents=True, exist_ok=True)
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -120,11 +182,18 @@ def main() -> int:
         f"python3 benchmarks/telemetry/sampler_cost_gpu.py --seconds {args.seconds:g} "
         f"--devices {args.devices}")
     cfgs = configs(devices)
-    load = subprocess.Popen([sys.executable, "-c", LOAD,
-                             str(args.seconds * (len(cfgs) + 2) + 30)])
+    busy = args.seconds * (len(cfgs) + 2) + 30 + 12 * args.contention * 2
+    loads = [subprocess.Popen([sys.executable, "-c", LOAD, str(busy)],
+                              env={**os.environ, "CUDA_VISIBLE_DEVICES": str(d)})
+             for d in sorted(set(devices))]
     time.sleep(5)
     results = []
     try:
+        if args.contention:
+            say("NVML calls on busy GPUs, CPU per call (one thread over all devices, then one "
+                "thread per device at once):")
+            for line in contention(sorted(set(devices)), args.contention):
+                say("  " + line)
         for i, (name, sources) in enumerate(cfgs):
             chunks = Path(tempfile.mkdtemp(prefix="cost-"))
             sampler = TelemetrySampler(sources, interval_ms=20, chunks_dir=chunks, flush_s=0.5)
@@ -153,7 +222,8 @@ def main() -> int:
                     say("  " + line)
             shutil.rmtree(chunks, ignore_errors=True)
     finally:
-        load.kill()
+        for load in loads:
+            load.kill()
     (out / f"sampler-cost-{tag}.json").write_text(json.dumps(
         {"device": gpu, "seconds": args.seconds, "devices": devices, "results": results},
         indent=1))
