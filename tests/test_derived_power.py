@@ -82,20 +82,34 @@ def test_recorded_bundles_against_a_plain_reference(bundle: Path):
             a, b = windows.get(r["step"], (r["t_start"], r["t_end"]))
             windows[r["step"]] = (min(a, r["t_start"]), max(b, r["t_end"]))
     gpu = sorted((r for r in tele.to_pylist() if r["source"] == "gpu"), key=lambda r: r["t"])
-    powers, throttled, readings = [], 0, []  # readings: (t, counter, step) in measured windows
-    for step, (a, b) in sorted(windows.items()):
+    powers, throttled = [], 0
+    for a, b in windows.values():
         inside = [r for r in gpu if a <= r["t"] <= b]
         powers += [r["power_w"] for r in inside]
         throttled += sum(r["throttle"] != 0 for r in inside)
-        # the energy counter is a slow NVML read (every 100 ms): null on the rows between reads
-        readings += [(r["t"], r["energy_j"], step) for r in inside if r["energy_j"] is not None]
-    energy = 0.0  # a rise within a step counts whole; across two steps, its in-window part
-    for (t0, e0, s0), (t1, e1, s1) in zip(readings, readings[1:], strict=False):
-        if s1 == s0:
-            energy += e1 - e0
-        elif s1 == s0 + 1:
-            energy += (e1 - e0) * ((windows[s0][1] - t0) + (t1 - windows[s1][0])) / (t1 - t0)
-    assert d["energy_j"] == pytest.approx(energy)
+    # Energy (docs/metrics.md): the counter's value at each window edge, its rise between the
+    # two readings around the edge shared out by the power integral, summed over the windows.
+    samples = [(r["t"], r["power_w"]) for r in gpu if r["power_w"] is not None]
+    readings = []
+    for r in gpu:
+        if r["energy_j"] is not None and (not readings or r["t"] > readings[-1][0]):
+            readings.append((r["t"], r["energy_j"]))
+
+    def integral(t: float) -> float:  # trapezoid from the first power sample to t
+        total = 0.0
+        for (t0, p0), (t1, p1) in zip(samples, samples[1:], strict=False):
+            if t0 >= t:
+                break
+            total += (min(t, t1) - t0) * (p0 + p1) / 2
+        return total
+
+    def counter(t: float) -> float:
+        (t0, e0), (t1, e1) = next(pair for pair in zip(readings, readings[1:], strict=False)
+                                  if pair[0][0] <= t <= pair[1][0])
+        return e0 + (e1 - e0) * (integral(t) - integral(t0)) / (integral(t1) - integral(t0))
+
+    energy = sum(counter(b) - counter(a) for a, b in windows.values())
+    assert d["energy_j"] == pytest.approx(energy, rel=1e-9)
     assert d["power_w_mean"] == pytest.approx(sum(powers) / len(powers))
     assert d["power_w_peak"] == max(powers) and d["samples"] == len(powers)
     assert d["throttle_frac"] == pytest.approx(throttled / len(powers))

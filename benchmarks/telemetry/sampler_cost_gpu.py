@@ -130,6 +130,8 @@ def periods_ms(chunks: Path) -> dict[str, float | None]:
         if rows.num_rows > 2:
             t = np.unique(rows["t"].to_numpy())
             d = np.diff(t) * 1e3
+            if not len(d):
+                break
             return {"median": float(np.median(d)), "p90": float(np.percentile(d, 90)),
                     "p99": float(np.percentile(d, 99)), "n": int(len(d))}
     return {"median": None, "p90": None, "p99": None, "n": 0}

@@ -18,7 +18,9 @@ first reading.
 """
 
 import ctypes
+import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -34,6 +36,18 @@ from kit.telemetry.nvidia.candidates import (
     update_period_ms,
 )
 from kit.telemetry.nvidia.errors import convert, nvml_errors
+
+SLOW_CALLS = threading.Lock()
+"""Held around each slow NVML call (:func:`read_slow`): the slow lanes of all GPUs make one
+call at a time. NVML's slow queries spend their time in the kernel, and concurrent ones on
+different GPUs cost far more CPU than the same ones in sequence (4 x H200 under load: an NVLink
+request of six links 5.4 ms of CPU alone and 13.3 ms with one thread per GPU, a PCIe counter
+0.29 ms and 1.1 ms; benchmarks/telemetry/results/sampler-cost-h200x4.txt), and the sampler used
+2.7 cores with a lane per GPU reading at once. The fast reads take no lock, so a busy lane
+never delays a tick by more than the one slow call it overlaps."""
+
+_NO_LOCK = nullcontext()
+"""The fast reads' lock: none."""
 
 MAX_SLOW_ENTRIES = 6
 """Entries per slow field-values request. The NVLink counters have one entry per link that is
@@ -220,9 +234,10 @@ def _adopt(
 
 
 def _field_values(nv: ModuleType, dev: NvmlDevice, request: list[tuple[int, int]],
-                  label: str) -> list[Any]:
-    """One field-values request; an entry's error raises."""
-    got = nv.nvmlDeviceGetFieldValues(dev.handle, request)
+                  label: str, lock: AbstractContextManager[Any] = _NO_LOCK) -> list[Any]:
+    """One field-values request (under ``lock``); an entry's error raises."""
+    with lock:
+        got = nv.nvmlDeviceGetFieldValues(dev.handle, request)
     for v in got:
         if v.nvmlReturn != nv.NVML_SUCCESS:
             raise convert(nv, nv.NVMLError(v.nvmlReturn), f"device {dev.index} {label}")
@@ -237,10 +252,13 @@ def _slot_value(decoder: Decoder, s: Slot, entries: list[Any], t: float) -> floa
     return None if None in counted else int(sum(c.advance for c in s.counters) * s.scale)
 
 
-def _call_value(reads: Reads, name: str, t: float) -> float | int | None:
-    """A call field, in canonical units; a counter that reset reads ``None``."""
+def _call_value(reads: Reads, name: str, t: float,
+                lock: AbstractContextManager[Any] = _NO_LOCK) -> float | int | None:
+    """A call field (read under ``lock``), in canonical units; a counter that reset reads
+    ``None``."""
     call = reads.calls[name]
-    raw: float | int | None = call.read()
+    with lock:
+        raw: float | int | None = call.read()
     if name in reads.call_counters:
         first, wrapping = reads.call_counters[name]
         advance = wrapping.update(raw, t)
@@ -283,10 +301,10 @@ def read_slow(nv: ModuleType, decoder: Decoder, dev: NvmlDevice, t: float,
                 request = reads.request[s.start:s.stop]
                 entries = [v for at in range(0, len(request), MAX_SLOW_ENTRIES)
                            for v in _field_values(nv, dev, request[at:at + MAX_SLOW_ENTRIES],
-                                                  s.label)]
+                                                  s.label, SLOW_CALLS)]
                 values[name] = _slot_value(decoder, s, entries, t)
             else:
-                values[name] = _call_value(reads, name, t)
+                values[name] = _call_value(reads, name, t, SLOW_CALLS)
         except (nv.NVMLError, TelemetryError) as e:
             dev.lost[name] = f"lost at t={t:.3f}: {e}; read no more"
     return values
