@@ -186,7 +186,8 @@ def run_rank(staging: Path) -> int:
             energy = None
             if zeus is not None and phase == "measured":
                 zeus, energy = zeus.end_step(step)
-            record = StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy, out.phases)
+            record = StepRecord(step, phase, t0, t1, out.tokens, out.loss, energy, out.phases,
+                                out.expert_tokens)
             result.steps.append(record)
             append_step(steps_log, record, result.placement.get("pp_rank", 0))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)
