@@ -120,6 +120,8 @@ class MegatronEngine(Engine):
         adapter.use_cross_entropy(
             vocab_parallel_cross_entropy if "cross_entropy" in self._features else None)
         adapter.use_foreach_multi_tensor_ops("foreach_optim" in self._features)
+        if cfg.workload.is_moe:
+            adapter.use_sync_free_permute("sync_free_permute" in self._features)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:
@@ -130,6 +132,10 @@ class MegatronEngine(Engine):
         self._wrap_ddp(chunks)
         if cfg.workload.is_moe:
             self._expert_load = ExpertLoad(chunks, cfg.workload.num_experts, self.device)
+            if cfg.profile:
+                from kit.engines.megatron.moe_ranges import label_moe_stages
+
+                label_moe_stages(chunks)
         if "cuda_graph" in self._features and not graph:
             self._speed_notes.append(
                 f"cuda_graph off: {', '.join(speed.graph_blockers(cfg))} keep(s) the eager step")
