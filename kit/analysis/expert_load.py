@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kit.bundle.schema import EXPERTS_SCHEMA
 
@@ -37,7 +38,7 @@ def load_matrix(table: pa.Table, phase: str = "measured") -> tuple[list[int], li
     Returns:
         The steps, the layers (both sorted) and an int64 array ``[steps, layers, experts]``.
     """
-    rows = table.filter(pa.compute.equal(table["phase"], phase)).to_pydict()
+    rows = table.filter(pc.equal(table["phase"], phase)).to_pydict()
     steps = sorted(set(rows["step"]))
     layers = sorted(set(rows["layer"]))
     experts = max(rows["expert"], default=-1) + 1

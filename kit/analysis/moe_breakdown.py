@@ -153,8 +153,8 @@ def step_breakdowns(trace: Path) -> list[dict[str, Any]]:
     device = any(e.get("cat") in _DEVICE_CATS for e in timed)
     host = [e for e in timed if e.get("cat") in ("cpu_op", "user_annotation")]
     labels = _Labels(host)
-    launches = {(e.get("args") or {}).get("correlation"): e for e in timed
-                if e.get("cat") == "cuda_runtime"}
+    launches = {(e.get("args") or {}).get("correlation"): e for e in timed  # CUDA and HIP
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")}
     events: list[_Event] = []
     calls: list[tuple[float, str]] = []
     for e in timed:

@@ -118,8 +118,10 @@ _MEGATRON_PERMUTE: list[Any] = []
 
 
 def use_sync_free_permute(enabled: bool) -> None:
-    """Make megatron-core's MoE dispatchers permute tokens through
-    :func:`kit.engines.megatron.moe_permute.sync_free_permute` (``enabled=False``: its own).
+    """Make megatron-core's MoE dispatchers permute tokens without a host wait, or not.
+
+    ``enabled``: through :func:`kit.engines.megatron.moe_permute.sync_free_permute`; False
+    puts megatron-core's own back.
 
     ``token_dispatcher`` imports ``permute`` from ``moe_utils`` as a module global and calls it
     as ``permute(tokens, routing_map, probs=..., num_out_tokens=..., fused=...,
