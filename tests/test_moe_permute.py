@@ -42,7 +42,8 @@ def test_other_cases_fall_through_to_megatron():
     assert permute(torch.ones(4, 3), routing_map, num_out_tokens=torch.tensor(8)) == "megatron"
     assert permute(torch.ones(4, 3), routing_map, num_out_tokens=8, drop_and_pad=True) == "megatron"
     assert permute(torch.ones(4, 3), routing_map, num_out_tokens=None) == "megatron"
-    assert len(calls) == 3
+    assert permute(torch.ones(4, 3), routing_map, num_out_tokens=8, pad=1) == "megatron"
+    assert len(calls) == 4 and calls[-1]["pad"] == 1
 
 
 def test_the_adapter_installs_and_removes_it_in_both_megatron_modules():

@@ -20,16 +20,17 @@ def sync_free_permute(original: Any) -> Any:
 
     Args:
         original: megatron-core's ``moe_utils.permute``, called for every other case (fused
-            kernels, drop-and-pad, an unknown output size).
+            kernels, drop-and-pad, an output size known only on the device, or arguments a
+            later release added).
     """
 
     def permute(tokens: torch.Tensor, routing_map: torch.Tensor,
                 probs: torch.Tensor | None = None, num_out_tokens: int | None = None,
-                fused: bool = False, drop_and_pad: bool = False,
+                fused: bool = False, drop_and_pad: bool = False, **more: Any,
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        if fused or drop_and_pad or not isinstance(num_out_tokens, int):
+        if fused or drop_and_pad or more or not isinstance(num_out_tokens, int):
             return original(tokens, routing_map, probs=probs, num_out_tokens=num_out_tokens,
-                            fused=fused, drop_and_pad=drop_and_pad)
+                            fused=fused, drop_and_pad=drop_and_pad, **more)
         num_tokens = tokens.shape[0]
         # [tokens, experts] -> expert-major flat positions e * tokens + t of the chosen pairs,
         # in masked_select's order (a stable sort keeps ascending positions among equals)
