@@ -15,7 +15,8 @@
 #   allgather  --moe-dispatcher allgather (the other dropless dispatcher: its own permutation).
 # VARIANTS="default permute" runs a subset (default: default permute nowgrad). Each run is
 # capped at 150 s (~60-80 s each on a warm H100), so three fit one 10-minute call with room;
-# add allgather when time allows. Prints per variant the step time, MFU and the
+# add allgather when time allows. RUN_TIMEOUT_S changes the cap; W=<workload> runs another
+# workload (W=mixtral-tiny RUN_TIMEOUT_S=900 with a stand-in nvidia-smi checked the script on CPU). Prints per variant the step time, MFU and the
 # profiled step's breakdown (expert GEMMs, expert other, router, permute/unpermute, AllToAll,
 # dense MatMul, attention, optimizer, idle = host gaps ...), and first which of megatron-core's
 # TE-free MoE options this machine has. Files in $OUT:
@@ -30,7 +31,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-benchmarks/moe/results}"; RUNS=/tmp/moe-breakdown-runs; mkdir -p "$OUT"
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 DEFAULT=fusions,wgrad_fusion,cross_entropy,cuda_graph,fused_adam,foreach_optim,grouped_gemm
-source benchmarks/moe/workload.sh  # sets W
+[[ -n "${W:-}" ]] || source benchmarks/moe/workload.sh  # sets W (or W=<workload> to choose)
 ARGS=("$W" --micro-batch 1 --global-batch 8 --steps 3 --warmup 2 --profile
       --telemetry-interval-ms 100)
 declare -A EXTRA=(
@@ -61,8 +62,8 @@ PY
   for v in ${VARIANTS:-default permute nowgrad}; do
     # shellcheck disable=SC2086  # EXTRA holds whole options
     echo "\$ charllm-kit run ${ARGS[*]} ${EXTRA[$v]}"
-    timeout 150 python3 -m kit run "${ARGS[@]}" ${EXTRA[$v]} --out "$RUNS/$v" 2>&1 \
-      | grep -v -i warn | grep -E "^(status|step time|MFU|memory peak|/)|rror" | head -8
+    timeout "${RUN_TIMEOUT_S:-150}" python3 -m kit run "${ARGS[@]}" ${EXTRA[$v]} --out "$RUNS/$v" 2>&1 \
+      | grep -v -i warn | grep -E "^(status|step time|MFU|peak memory|mean power|time outside|/)|rror"
     B=$(ls -d "$RUNS/$v"/2* 2>/dev/null | tail -1)
     if [[ -z "$B" ]]; then echo "# $v: no bundle"; continue; fi
     cp "$B/metrics.json" "$OUT/metrics-$v.json"
