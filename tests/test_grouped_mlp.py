@@ -1,4 +1,6 @@
-"""The grouped-GEMM MoE experts: parity with SequentialMLP and where the layer spec uses them."""
+"""MoE numerics: the grouped-GEMM experts against SequentialMLP, the whole MoE layer (router,
+load-balancing loss, alltoall dispatch over EP2, experts) against a plain PyTorch loop, and
+where the layer spec uses the grouped experts."""
 
 import json
 import socket
@@ -35,6 +37,29 @@ def test_grouped_experts_match_sequential_mlp_forward_and_backward():
     assert [row["check"] for row in rows] == [f"{tag} {n}" for tag in tags for n in names]
     for row in rows:
         assert row["rel_err"] < 1e-6, row
+
+
+@pytest.mark.timeout(300)
+def test_moe_layer_matches_a_plain_loop_over_experts_under_ep2():
+    # two ranks over gloo, experts split between them, tokens crossing in the all-to-all;
+    # fp32 on CPU, so the tolerance is far inside bf16's (its epsilon is 7.8e-3)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.moe_layer_numerics", str(rank), "2",
+                               port, "2"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=280) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+    rows = [json.loads(line) for out, _ in outs for line in out.splitlines()
+            if line.startswith("{")]
+    names = ["output", "input grad", "router weight grad", "fc1 weight grad", "fc2 weight grad"]
+    for rank in (0, 1):
+        for tag in ("sequential", "grouped"):
+            mine = {r["check"]: r for r in rows if r["rank"] == rank}
+            for name in names:
+                assert mine[f"{tag} {name}"]["rel_err"] < 1e-5, mine[f"{tag} {name}"]
+            # the load-balancing loss is a visible part of the router gradient compared
+            assert mine[f"{tag} aux loss share of router grad"]["share"] > 1e-3
 
 
 @pytest.mark.timeout(60)

@@ -27,7 +27,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from tabulate import tabulate
 
-from kit.analysis import plots_cross, plots_run
+from kit.analysis import plots_cross, plots_experts, plots_run
 from kit.analysis.compare import Comparison, Group, compare_bundles
 from kit.analysis.compare_format import check_lines, metric_grids, table_notes
 from kit.analysis.kernels import kernel_times
@@ -182,6 +182,12 @@ def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
         _item(f"kernel-breakdown-{n}", "kernel time", f"Kernel time by category: {name}.",
               plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
     ]
+    if bundle.experts is not None:  # mixture-of-experts runs only
+        figures.append(_item(
+            f"expert-load-{n}", "tokens per expert",
+            "Tokens each expert received over the measured steps relative to an even share, "
+            f"per MoE layer, and the busiest expert over the mean per step: {name}.",
+            plots_experts.expert_load(view), "no measured step counted its routing"))
     return Section(f"bundle-{n}", name, bundle, _facts(bundle, view), figures)
 
 

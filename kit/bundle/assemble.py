@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 import kit
 from kit import lifecycle
+from kit.analysis.expert_load import expert_load_summary, experts_rows
 from kit.analysis.labels import device_index
 from kit.analysis.metrics import summarize
 from kit.analysis.stragglers import RankStep, straggler_summary
@@ -174,6 +175,16 @@ def steps_table(
                          "t_start": s.t_start + dt, "t_end": s.t_end + dt, "tokens": s.tokens,
                          "loss": s.loss, "stage": stage, "gpu_energy_j": s.gpu_energy_j})
     return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
+
+
+def experts_table(results: list[RankResult | None]) -> pa.Table | None:
+    """Rows of ``experts.parquet`` from every rank's counted steps.
+
+    None when no step was counted (a dense run, or an engine that does not count routing).
+    """
+    counted = [(s.step, res.rank, s.phase, s.expert_tokens)
+               for res in results if res is not None for s in res.steps if s.expert_tokens]
+    return experts_rows(counted) if counted else None
 
 
 def phase_means(res: RankResult) -> dict[str, float] | None:
@@ -353,6 +364,7 @@ def assemble_bundle(
         return node, device_index(nodes[node].inventory.gpus, rank % cfg.ranks_per_node)
 
     steps = steps_table(streamed, offset_s)
+    experts = experts_table(streamed)
     telemetry = node_telemetry(nodes)
     facts = [{"node": i, **d} for i, n in enumerate(nodes)
              for d in device_facts(n.report, replay=True)]
@@ -380,6 +392,7 @@ def assemble_bundle(
                       s.t_start + offset_s(res.rank), s.t_end + offset_s(res.rank), s.phases)
              for res in streamed if res for s in res.steps if s.phase == "measured"],
             telemetry, device_of),
+        expert_load=expert_load_summary(experts, cfg.workload.moe_top_k, cfg.parallel.ep),
         notes=notes,
         samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )
@@ -400,4 +413,4 @@ def assemble_bundle(
         container=container_record(),
         slurm_job_id=slurm_job_id,
     )
-    return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH), summary
+    return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH, experts), summary

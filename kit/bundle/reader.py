@@ -14,7 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from kit.bundle.schema import SCHEMA_VERSION, STEPS_SCHEMA, Manifest, MetricsFile
+from kit.bundle.schema import (
+    EXPERTS_FILE,
+    EXPERTS_SCHEMA,
+    SCHEMA_VERSION,
+    STEPS_SCHEMA,
+    Manifest,
+    MetricsFile,
+)
 from kit.bundle.writer import PARTIAL_SUFFIX
 from kit.errors import BundleError
 from kit.spec.loader import describe_validation_error
@@ -58,6 +65,13 @@ class Bundle:
     def telemetry(self) -> pa.Table:
         """``telemetry.parquet`` (:data:`TELEMETRY_SCHEMA`), read on first access."""
         return read_table(self.path, "telemetry.parquet", TELEMETRY_SCHEMA)
+
+    @cached_property
+    def experts(self) -> pa.Table | None:
+        """``experts.parquet`` (:data:`EXPERTS_SCHEMA`); None when the run left none (dense)."""
+        if self.projection is not None or not (self.path / EXPERTS_FILE).is_file():
+            return None
+        return read_table(self.path, EXPERTS_FILE, EXPERTS_SCHEMA)
 
 
 def bundle_dir(path: str | Path) -> Path:

@@ -3,8 +3,9 @@
 A bundle is the one artifact a run leaves behind (docs/bundle-format.md):
 ``manifest.json`` (:class:`Manifest`), ``metrics.json`` (:class:`MetricsFile`),
 ``steps.parquet`` (:data:`STEPS_SCHEMA`), ``telemetry.parquet`` (:data:`TELEMETRY_SCHEMA`),
-optional ``profile/``, ``logs/rank<N>.log`` and ``SHA256SUMS``. A measurement the host cannot
-make is ``null`` with a reason, never ``0`` or ``-1``.
+``experts.parquet`` (:data:`EXPERTS_SCHEMA`, mixture-of-experts runs only), optional
+``profile/``, ``logs/rank<N>.log`` and ``SHA256SUMS``. A measurement the host cannot make is
+``null`` with a reason, never ``0`` or ``-1``.
 """
 
 from datetime import datetime, timedelta, timezone
@@ -57,6 +58,23 @@ STEPS_SCHEMA = pa.schema(
     ]
 )
 """``steps.parquet``: one row per step per rank."""
+
+EXPERTS_FILE = "experts.parquet"
+EXPERTS_SCHEMA = pa.schema(
+    [
+        column("step", pa.int32(), "Optimizer step index, as in steps.parquet.", False),
+        column("rank", pa.int32(), "Global rank whose router counted the tokens.", False),
+        column("phase", pa.string(), "'warmup' or 'measured'.", False),
+        column("layer", pa.int32(), "MoE layer number, 1-based over the whole model.", False),
+        column("expert", pa.int32(), "Expert index within the layer, 0-based; under expert "
+               "parallelism expert e lives on EP rank e // (experts / ep).", False),
+        column("tokens", pa.int64(), "Tokens of this rank routed to the expert in the step, "
+               "all micro-batches (each token counts once per expert of its top-k).", False),
+    ]
+)
+"""``experts.parquet`` (MoE runs whose engine counts routing): one row per step per rank per
+MoE layer per expert. Summed over the ranks that hold a layer, a step's rows give each
+expert's load in that layer."""
 
 def _utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -356,6 +374,17 @@ class MetricsFile(BaseModel):
         "steps beside the stage's other devices (others_*), per_rank figures, and reason "
         "when not measured (every figure null). Empty in bundles written before the kit "
         "measured stragglers.")
+    expert_load: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Load balance of a mixture-of-experts run's routing over the measured "
+        "steps (kit.analysis.expert_load, docs/metrics.md), from experts.parquet: experts, "
+        "layers, top_k, measured_steps; max_over_mean (busiest expert's tokens / the mean "
+        "expert's, per step and layer, averaged over them) and max_over_mean_worst (their "
+        "max); cv and cv_worst (coefficient of variation of tokens per expert, likewise); ep, "
+        "ep_max_over_mean and ep_max_over_mean_worst (max/mean of the tokens each expert-"
+        "parallel rank receives; null at ep 1); per_layer (layer, max_over_mean, cv, "
+        "tokens_frac: each expert's share of the layer's tokens over the measured steps). "
+        "Empty for dense runs and bundles written before the kit counted routing.")
     notes: list[str] = Field(
         default_factory=list, description="How metrics were derived, e.g. energy from power."
     )

@@ -19,7 +19,7 @@ from kit.bundle.reader import (
     read_schema_version,
     read_table,
 )
-from kit.bundle.schema import STEPS_SCHEMA
+from kit.bundle.schema import EXPERTS_FILE, EXPERTS_SCHEMA, STEPS_SCHEMA
 from kit.bundle.writer import SUMS_NAME, bundle_files, file_sha256
 from kit.errors import BundleError
 from kit.telemetry.fields import TELEMETRY_SCHEMA
@@ -111,5 +111,7 @@ def verify_bundle(path: str | Path) -> list[str]:
         raise BundleError(f"bundle {root}: unlisted file: {unlisted[0]}")
     read_bundle(root)
     check_parquet(root, "steps.parquet", STEPS_SCHEMA)
+    if EXPERTS_FILE in sums:
+        check_parquet(root, EXPERTS_FILE, EXPERTS_SCHEMA)
     _check_cumulative(root, read_table(root, "telemetry.parquet", TELEMETRY_SCHEMA))
     return sorted(sums)

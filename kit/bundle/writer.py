@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from kit.atomic_write import write_atomic
-from kit.bundle.schema import STEPS_SCHEMA, Manifest, MetricsFile
+from kit.bundle.schema import EXPERTS_FILE, EXPERTS_SCHEMA, STEPS_SCHEMA, Manifest, MetricsFile
 from kit.errors import BundleError
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 
@@ -201,6 +201,7 @@ class BundleStaging:
         steps: pa.Table,
         telemetry: pa.Table,
         scratch: Sequence[str] = (),
+        experts: pa.Table | None = None,
     ) -> Path:
         """Write the data files and ``SHA256SUMS``, then publish the bundle.
 
@@ -216,6 +217,8 @@ class BundleStaging:
                 ``concat_chunks(self.chunks_dir)``; the chunks are deleted.
             scratch: Other top-level names in the staging folder that are not part of the
                 bundle (the launcher's and ranks' exchange files); deleted.
+            experts: Routed-token rows with :data:`EXPERTS_SCHEMA`, written as
+                ``experts.parquet``; None (dense runs) writes no file.
 
         Returns:
             The published bundle directory ``OUT/<bundle_id>/``.
@@ -229,6 +232,8 @@ class BundleStaging:
         write_json(self._path / "metrics.json", metrics)
         _write_parquet(self._path / "steps.parquet", steps, STEPS_SCHEMA)
         _write_parquet(self._path / "telemetry.parquet", telemetry, TELEMETRY_SCHEMA)
+        if experts is not None:
+            _write_parquet(self._path / EXPERTS_FILE, experts, EXPERTS_SCHEMA)
         skip = (self.chunks_dir.name, *scratch)
         write_sums(self._path, skip)
         return self.publish(skip)

@@ -33,6 +33,10 @@ class StepResult:
     phases: dict[str, float] | None = None
     """Seconds of the step by phase (forward, backward, pipeline p2p, grad sync, optimizer)
     where the engine can time them without changing the step; null elsewhere."""
+    expert_tokens: dict[str, list[int]] | None = None
+    """Tokens this rank routed to each expert in the step (all micro-batches), by MoE layer
+    number (1-based, global, as a string): one count per expert; null for dense models and
+    engines that do not count."""
 
 
 @dataclass

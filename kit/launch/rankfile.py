@@ -46,6 +46,8 @@ class StepRecord:
     gpu_energy_j: float | None = None
     phases: dict[str, float] | None = None
     """Seconds of the step by phase, where the engine measures them (StepResult.phases)."""
+    expert_tokens: dict[str, list[int]] | None = None
+    """Tokens routed to each expert by MoE layer, where counted (StepResult.expert_tokens)."""
 
 
 @dataclass

@@ -232,7 +232,8 @@ def run_rank(staging: Path) -> int:
                 out = engine.train_step(step)
                 engine.synchronize()
             t1 = time.time()
-            record = StepRecord(step, phase, t0, t1, out.tokens, out.loss, None, out.phases)
+            record = StepRecord(step, phase, t0, t1, out.tokens, out.loss, None, out.phases,
+                                out.expert_tokens)
             result.steps.append(record)
             append_step(steps_log, record, result.placement.get("pp_rank", 0))
             print(f"rank {rank}: step {step} {phase} {t1 - t0:.4f}s loss {out.loss}", flush=True)

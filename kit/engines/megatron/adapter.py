@@ -114,6 +114,29 @@ def use_cross_entropy(impl: Any | None) -> None:
     language_module.fused_vocab_parallel_cross_entropy = impl or _MEGATRON_CROSS_ENTROPY[0]
 
 
+_MEGATRON_PERMUTE: list[Any] = []
+
+
+def use_sync_free_permute(enabled: bool) -> None:
+    """Make megatron-core's MoE dispatchers permute tokens without a host wait, or not.
+
+    ``enabled``: through :func:`kit.engines.megatron.moe_permute.sync_free_permute`; False
+    puts megatron-core's own back.
+
+    ``token_dispatcher`` imports ``permute`` from ``moe_utils`` as a module global and calls it
+    as ``permute(tokens, routing_map, probs=..., num_out_tokens=..., fused=...,
+    drop_and_pad=...)`` (0.16 through 0.19); both globals are replaced, the original is kept.
+    """
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+    from kit.engines.megatron.moe_permute import sync_free_permute
+
+    if not _MEGATRON_PERMUTE:
+        _MEGATRON_PERMUTE.append(moe_utils.permute)
+    impl = sync_free_permute(_MEGATRON_PERMUTE[0]) if enabled else _MEGATRON_PERMUTE[0]
+    moe_utils.permute = token_dispatcher.permute = impl
+
+
 _MEGATRON_MULTI_TENSOR: dict[str, Any] = {}
 
 

@@ -22,6 +22,7 @@ from kit.engines.data import SyntheticTokens
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron import adapter, speed
 from kit.engines.megatron.context_parallel import batch_on_this_rank
+from kit.engines.megatron.expert_load import ExpertLoad
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
@@ -73,6 +74,7 @@ class MegatronEngine(Engine):
         self._phases: PhaseTimers | None = None
         self._graph: Any = None
         self._forward_step: Any = _forward_step
+        self._expert_load: ExpertLoad | None = None
 
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
@@ -118,6 +120,8 @@ class MegatronEngine(Engine):
         adapter.use_cross_entropy(
             vocab_parallel_cross_entropy if "cross_entropy" in self._features else None)
         adapter.use_foreach_multi_tensor_ops("foreach_optim" in self._features)
+        if cfg.workload.is_moe:
+            adapter.use_sync_free_permute("sync_free_permute" in self._features)
         self.config = transformer_config(cfg)
         chunks = build_model_chunks(cfg, self.config)
         if cpu:
@@ -126,6 +130,12 @@ class MegatronEngine(Engine):
             for chunk in chunks:
                 reinit_layout_invariant(chunk, self.config, cfg.seed)
         self._wrap_ddp(chunks)
+        if cfg.workload.is_moe:
+            self._expert_load = ExpertLoad(chunks, cfg.workload.num_experts, self.device)
+            if cfg.profile:
+                from kit.engines.megatron.moe_ranges import label_moe_stages
+
+                label_moe_stages(chunks)
         if "cuda_graph" in self._features and not graph:
             self._speed_notes.append(
                 f"cuda_graph off: {', '.join(speed.graph_blockers(cfg))} keep(s) the eager step")
@@ -266,7 +276,8 @@ class MegatronEngine(Engine):
             loss = float(torch.stack([x["lm loss"] for x in losses]).mean())
         tokens = cfg.micro_batch_size * num_micro * cfg.workload.seq_length
         phases = self._phases.read() if self._phases is not None else None
-        return StepResult(loss=loss, tokens=tokens, phases=phases)
+        experts = self._expert_load.read() if self._expert_load is not None else None
+        return StepResult(loss=loss, tokens=tokens, phases=phases, expert_tokens=experts)
 
     def info(self) -> EngineInfo:
         """Versions of torch and megatron-core, and the attention implementation."""

@@ -13,7 +13,9 @@ step), makes the optimizer torch's fused AdamW and its gradient norm, clipping a
 copies torch foreach kernels (:mod:`kit.engines.megatron.foreach_ops`). With ``fusions`` the
 QKV projection adds its bias in one compiled kernel. With ``grouped_gemm`` a bias-free MoE
 layer runs its experts as grouped GEMMs (:mod:`kit.engines.megatron.grouped_mlp`) instead of
-megatron-core's per-expert loop. ``torch.compile`` of the layers is
+megatron-core's per-expert loop; with ``sync_free_permute`` (off by default until measured)
+the dropless token permutation needs no device-to-host wait
+(:mod:`kit.engines.megatron.moe_permute`). ``torch.compile`` of the layers is
 available but off by default: on megatron-core's layers it hits graph breaks and measured
 slower (see ``benchmarks/results/engine_throughput-*.txt``).
 """
@@ -27,7 +29,7 @@ from kit.engines.kernels.features import chosen_features
 from kit.engines.megatron.spec import SPEED_FEATURES as FEATURES
 from kit.spec.run import RunConfig
 
-DEFAULT = frozenset(FEATURES) - {"compile"}
+DEFAULT = frozenset(FEATURES) - {"compile", "sync_free_permute"}
 
 DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
 """On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, ``cuda_graph``

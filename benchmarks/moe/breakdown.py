@@ -1,0 +1,68 @@
+"""Where a mixture-of-experts step's time goes, for each bundle of ``breakdown_1gpu.sh``.
+
+    python benchmarks/moe/breakdown.py BUNDLE... --json OUT.json [--device LABEL]
+
+For each bundle (a ``run --profile`` of one configuration): its step time and MFU (unprofiled
+measured steps, ``metrics.json``), and the profiled step's device time by MoE category
+(:mod:`kit.analysis.moe_breakdown`: expert GEMMs, permute/unpermute, router, all-to-all, dense
+GEMMs, optimizer, host gaps ...). Writes one JSON in the form of
+``benchmarks/parallel/results/h100x4-layouts.json`` (``device``, ``date``, ``points``), each point
+also carrying ``variant`` (the bundle folder's parent name), ``breakdown_window_s`` and
+``breakdown_s`` (category -> seconds of the profiled step).
+"""
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parallel"))
+
+from summarize import point  # noqa: E402  (benchmarks/parallel/summarize.py)
+
+from kit.analysis.moe_breakdown import format_breakdown, step_breakdowns  # noqa: E402
+
+
+def describe(bundle: Path) -> dict:
+    """The bundle's summary point plus its MoE breakdown (first profiled step of rank 0)."""
+    p = {"variant": bundle.parent.name, **point(bundle)}
+    traces = sorted((bundle / "profile").glob("rank*.json"))
+    traces = [t for t in traces if not t.name.endswith(".breakdown.json")]
+    steps = step_breakdowns(traces[0]) if traces else []
+    p["breakdown_window_s"] = steps[0]["window_s"] if steps else None
+    p["breakdown_s"] = ({k: round(v, 6) for k, v in steps[0]["categories"].items()}
+                        if steps else None)
+    p["breakdown_calls"] = steps[0]["calls"] if steps else None
+    print(f"== {p['variant']}: {p['name']}  status {p['status']}")
+    if p["step_s"]:
+        mfu = f"{p['mfu']:.1%}" if p["mfu"] is not None else "n/a"
+        print(f"step {p['step_s'] * 1e3:.1f} ms  MFU {mfu}  peak {p['mem_peak_gib'] or 0:.1f} GiB")
+    if steps:
+        print(format_breakdown(steps[0], p["step_s"]))
+    else:
+        print("no profiled step in this bundle")
+    return p
+
+
+def main() -> None:
+    """Describe every bundle, print, write the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bundles", nargs="+", type=Path)
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--device", default=None, help="device label (default: from the bundles)")
+    args = ap.parse_args()
+    points = [describe(b) for b in args.bundles]
+    device = args.device
+    if device is None and args.bundles:
+        from kit.bundle.reader import read_bundle
+
+        gpus = read_bundle(args.bundles[0]).manifest.inventory[0].gpus
+        device = f"{gpus[0].get('name', 'unknown')} x{len(gpus)}" if gpus else "cpu"
+    out = {"device": device, "date": dt.date.today().isoformat(), "points": points}
+    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
