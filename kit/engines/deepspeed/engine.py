@@ -21,7 +21,13 @@ from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.config import deepspeed_config
 from kit.engines.deepspeed.environment import prepare_deepspeed_environment
-from kit.engines.deepspeed.model import MOE_AUX_LOSS_COEFF, Block, CausalLM, pipeline_module
+from kit.engines.deepspeed.model import (
+    MOE_AUX_LOSS_COEFF,
+    Block,
+    CausalLM,
+    drawing_on,
+    pipeline_module,
+)
 from kit.engines.kernels.compiled import compile_modules
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
@@ -69,11 +75,14 @@ class DeepSpeedEngine(Engine):
         self._features = speed.enabled(cfg)
         self._loss_fn = speed.loss_function(self._features)
         self._pipe = p.pp > 1
+        with drawing_on(self.device):  # on CUDA the weights are drawn there: seconds less
+            if self._pipe:
+                module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
+            else:
+                module = self._build_model(cfg, vocab, recompute, config)
         if self._pipe:
-            module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
             params: Any = [q for q in module.parameters() if q.requires_grad]
         else:
-            module = self._build_model(cfg, vocab, recompute, config)
             params = list(module.parameters())
             if w.is_moe:
                 from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
