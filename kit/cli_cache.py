@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from kit import compile_cache
 
@@ -39,6 +38,8 @@ def cache() -> None:
 @cache.command("show")
 def cache_show() -> None:
     """Where the compile cache is, and what each keyed folder in it holds."""
+    from tabulate import tabulate
+
     click.echo(tabulate(compile_cache.describe_root(), tablefmt="plain"))
 
 

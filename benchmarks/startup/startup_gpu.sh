@@ -33,15 +33,16 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h
 TAG="${GPU:-gpu}x$NGPUS"
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-sweep_file() {  # NAME SOURCE POINTS: $RESULTS/NAME.yaml, SOURCE renamed, its first POINTS points
-  python3 - "$@" "$RESULTS" <<'PY'
+sweep_files() {  # [NAME SOURCE POINTS]...: $RESULTS/NAME.yaml, SOURCE renamed, its first POINTS
+  python3 - "$RESULTS" "$@" <<'PY'
 import sys, yaml
-name, source, points, results = sys.argv[1:5]
-spec = yaml.safe_load(open(source))
-spec["name"] = name
-spec["axes"][0]["points"] = spec["axes"][0]["points"][: int(points)]
-with open(f"{results}/{name}.yaml", "w") as f:
-    yaml.safe_dump(spec, f, sort_keys=False)
+results, args = sys.argv[1], sys.argv[2:]
+for name, source, points in zip(args[0::3], args[1::3], args[2::3]):
+    spec = yaml.safe_load(open(source))
+    spec["name"] = name
+    spec["axes"][0]["points"] = spec["axes"][0]["points"][: int(points)]
+    with open(f"{results}/{name}.yaml", "w") as f:
+        yaml.safe_dump(spec, f, sort_keys=False)
 PY
 }
 
@@ -50,17 +51,17 @@ run_sweep() {  # NAME CACHE_DIR FRESH(1|0)
   if python3 benchmarks/startup/summarize.py --complete "$folder"; then
     echo "## $name: done in an earlier call"; return 0
   fi
-  local budget; budget=$(left)
+  local budget hard; budget=$(left); hard=$((HARD_END - $(date +%s) - 25))
+  (( hard < budget )) && budget=$hard
   if (( budget < 45 )); then echo "## $name: not started, ${budget} s left"; return 1; fi
   local resume=()
   if [[ -f "$folder/sweep.json" ]]; then resume=(--resume)
   elif [[ "$fresh" == 1 ]]; then rm -rf "$cache"; fi  # a cold sweep starts from nothing
   echo "## $name (compile cache $cache, $([[ -d $cache ]] && echo 'as the cold pass left it' || echo fresh))"
   echo "\$ CHARLLM_COMPILE_CACHE=$cache charllm-kit sweep $RESULTS/$name.yaml --out $RESULTS ${resume[*]}"
-  local t0 t1 limit=$((HARD_END - $(date +%s) - 25))
-  (( limit > budget )) && limit=$budget
+  local t0 t1
   t0=$(date +%s.%N)
-  CHARLLM_COMPILE_CACHE="$cache" timeout --signal=TERM --kill-after=20 "$limit" \
+  CHARLLM_COMPILE_CACHE="$cache" timeout --signal=TERM --kill-after=20 "$budget" \
     python3 -m kit sweep "$RESULTS/$name.yaml" --out "$RESULTS" "${resume[@]}" 2>&1 \
     | grep -v -iE 'warn|^\s*$' | tail -40
   t1=$(date +%s.%N)
@@ -69,12 +70,10 @@ run_sweep() {  # NAME CACHE_DIR FRESH(1|0)
 
 {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$NGPUS, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-  python3 -c "import torch, megatron.core as m, deepspeed; print('# torch', torch.__version__, 'megatron-core', m.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | tail -1
+  python3 -c "from importlib.metadata import version as v; print('# torch', v('torch'), 'megatron-core', v('megatron-core'), 'deepspeed', v('deepspeed'))" 2>&1 | tail -1
   echo "# kit commit: ${KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-  sweep_file startup-core-cold "$CORE" 3
-  sweep_file startup-core-warm "$CORE" 3
-  sweep_file small8-cold "$SMALL" 8
-  sweep_file small8-warm "$SMALL" 8
+  sweep_files startup-core-cold "$CORE" 3 startup-core-warm "$CORE" 3 \
+    small8-cold "$SMALL" 8 small8-warm "$SMALL" 8
   run_sweep startup-core-cold "$RESULTS/cache-core" 1 \
     && run_sweep startup-core-warm "$RESULTS/cache-core" 0 \
     && run_sweep small8-cold "$RESULTS/cache-small8" 1 \

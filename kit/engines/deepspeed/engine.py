@@ -29,6 +29,7 @@ from kit.engines.deepspeed.model import (
     pipeline_module,
 )
 from kit.engines.kernels.compiled import compile_modules
+from kit.engines.kernels.deferred_compile import deferred_torch_compile
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
@@ -92,7 +93,11 @@ class DeepSpeedEngine(Engine):
                 )
         if "compile" in self._features:
             compile_modules([module], Block)
-        self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params, config=config)
+        # DeepSpeed's optimizer check imports its Muon optimizer, whose torch.compile
+        # decorators would import inductor (most of a tiny ZeRO run's model build on CPU)
+        with deferred_torch_compile():
+            self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params,
+                                                   config=config)
         if self._pipe:
             dp_rank = self.engine.grid.get_data_parallel_id()
             pp_rank = self.engine.grid.get_stage_id()

@@ -49,8 +49,9 @@ _DRAW_DEVICE = torch.device("cpu")
 def drawing_on(device: torch.device) -> Iterator[None]:
     """Draw initial weights on ``device`` while building a model (the engine's device on CUDA).
 
-    On the CPU, drawing a 1.3B-parameter model's weights took every rank 10-20 s of its model
-    build; a CUDA generator draws them in milliseconds. Every path of one platform draws on
+    The CPU draws some 10-100 M normal values per second (seconds of every rank's model build
+    for a 1.3B-parameter model, under ZeRO-3 too, where each rank keeps a shard of each draw);
+    a CUDA generator draws them in milliseconds. Every path of one platform draws on
     the same device, so all of them still start from identical weights (the values differ
     from the CPU's: another generator).
     """
