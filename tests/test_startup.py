@@ -152,10 +152,10 @@ def test_cache_show_lists_and_clear_keeps_this_installation(tmp_path, monkeypatc
 
 
 @pytest.mark.timeout(600)
-def test_a_megatron_rank_imports_no_compiler_it_does_not_use():
+def test_megatron_core_imports_without_the_compiler_and_still_compiles():
     """megatron-core's fusions are decorated with torch.compile; the engine imports it with
-    that deferred, so a rank that compiles nothing (the cpu platform) never imports dynamo or
-    inductor, and a deferred function still compiles at its first call."""
+    that deferred, so its import pulls in neither dynamo nor inductor (torch's optimizer still
+    imports dynamo at model build), and a deferred function still compiles at its first call."""
     code = (
         "import sys, torch\n"
         "from kit.engines import engine_spec\n"
