@@ -13,6 +13,7 @@
 # Environment: CHARLLM_VENV (default .venv), CHARLLM_TORCH (the torch requirement used on a
 # host without one; default torch==2.13.0, a CPU build on this project's machines).
 set -euo pipefail
+SETUP_START="${EPOCHREALTIME:-$(date +%s.%N)}"
 cd "$(dirname "$0")"
 
 VENV="${CHARLLM_VENV:-.venv}"
@@ -87,6 +88,10 @@ browser_for_tests() {
 }
 
 setup
+# The kit runs in this process (exec): tell it when the set-up began and ended, so its start-up
+# clock starts at the end and the set-up is reported as its own phase (lifecycle's setup_s).
+now="${EPOCHREALTIME:-$(date +%s.%N)}"
+export CHARLLM_SETUP="$$ ${SETUP_START/,/.} ${now/,/.}"
 KIT=("$VENV/bin/python" -m kit)
 
 case "${1:-}" in

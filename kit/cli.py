@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kit.cli_cache import cache, compile_cache_option
 from kit.cli_group import ImpliedRunGroup
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
@@ -43,6 +44,9 @@ def cli() -> None:
     """
 
 
+cli.add_command(cache)
+
+
 @cli.command()
 @click.argument("workload")
 @model_options(RunRequest, skip=("workload",))
@@ -53,7 +57,9 @@ def cli() -> None:
 @click.option("--force", is_flag=True,
               help="Run even if the memory estimate predicts it will not fit.")
 @click.option("--json", "as_json", is_flag=True,
-              help="JSON output: the resolved plan, the run's status and summary, or the error.")
+              help="JSON output: the resolved plan, the run's status, summary and lifecycle "
+                   "(start-up and teardown phases), or the error.")
+@compile_cache_option
 def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         **opts: object) -> None:
     """Train WORKLOAD on every rank, sample telemetry, and write one result bundle.
@@ -89,7 +95,8 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         if as_json:        # result's last line (the bundle path) short
             click.echo(json.dumps({"status": result.status, "error": result.error,
                                    "bundle": str(result.bundle.resolve()),
-                                   "summary": result.summary}))
+                                   "summary": result.summary, "lifecycle": result.lifecycle,
+                                   "compile_cache": result.compile_cache}))
         else:
             print_summary(result)
             click.echo(str(result.bundle.resolve()))
@@ -274,6 +281,7 @@ def fabric(out: Path, as_json: bool, **opts: object) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="JSON output: the dry-run plan (with --launcher slurm each point's job and "
                    "sbatch script), or the sweep folder and its index, or the error.")
+@compile_cache_option
 def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: str,
           partition: str | None, account: str | None, time_limit: str, runtime: str | None,
           image: str | None, as_json: bool) -> None:

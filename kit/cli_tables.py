@@ -178,3 +178,6 @@ def print_summary(result: "SessionResult") -> None:
     print(summary_table(result.summary))
     if result.timing:
         print(f"time outside the steps: {result.timing}")
+    if result.compile_cache:
+        state = "warm" if result.compile_cache["warm"] else "cold (this run fills it)"
+        print(f"compile cache: {state}, {result.compile_cache['dir']}")

@@ -9,6 +9,7 @@ say what the ranks are doing before the first step.
 """
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -42,17 +43,52 @@ def process_start_time() -> float:
     return psutil.Process().create_time()
 
 
+SETUP_ENV = "CHARLLM_SETUP"
+"""Set by ``run.sh`` just before it ``exec``s the kit in its own process: ``PID START END``, its
+pid and when its set-up (venv, pip) began and ended (unix seconds). The process's start is then
+the script's, so the kit's clock starts at END and the set-up is reported as its own phase; a
+child process (another pid) ignores it."""
+
 _PROCESS_START_USED = False
 
 
-def launcher_start_time() -> float:
-    """When this launch began: the process's start for its first run (a CLI ``run``: its
-    imports count), the call itself for every later one (a sweep runs many in one process)."""
+def _setup_span() -> tuple[float, float] | None:
+    """When ``run.sh``'s set-up began and ended, if this process is the one it ``exec``ed."""
+    try:
+        pid, start, end = os.environ[SETUP_ENV].split()
+        if int(pid) == os.getpid():
+            return float(start), float(end)
+    except (KeyError, ValueError):
+        pass
+    return None
+
+
+def launcher_start_time() -> tuple[float, float | None]:
+    """When this launch began, and when a set-up before it began (None: there was none).
+
+    A CLI ``run``'s first launch starts with its process (its imports count), or where
+    ``run.sh`` ran a set-up in this process first, when that ended (:data:`SETUP_ENV`: the
+    set-up is reported as its own phase); every later launch (a sweep runs many in one
+    process) starts with the call itself.
+    """
     global _PROCESS_START_USED
     if _PROCESS_START_USED:
-        return time.time()
+        return time.time(), None
     _PROCESS_START_USED = True
-    return process_start_time()
+    setup = _setup_span()
+    if setup is not None:
+        return setup[1], setup[0]
+    return process_start_time(), None
+
+
+def launcher_marks() -> "Marks":
+    """The launcher's marks, started at :func:`launcher_start_time` (with ``setup_started``
+    where a set-up came first)."""
+    started, setup = launcher_start_time()
+    marks = Marks(started=started)
+    if setup is not None:
+        marks.times["setup_started"] = setup
+    return marks
 
 
 class Marks:
@@ -121,12 +157,15 @@ def summarize(launcher: dict[str, float], ranks: list[dict[str, float]],
 
     Args:
         launcher: The launcher's marks: ``started``, ``staged``, ``sampler_started``,
-            ``ranks_spawned``, ``ranks_ended``, ``sampler_stopped``, ``assembling``.
+            ``ranks_spawned``, ``ranks_ended``, ``sampler_stopped``, ``assembling``, and
+            ``setup_started`` where a set-up (run.sh's) ran in the process before the kit.
         ranks: Each rank's marks (:data:`RANK_PHASES`).
         first_step_start: When the first step began (the earliest rank's step 0 start).
 
     Returns:
-        ``launch_to_first_step_s`` (launcher start to the first step's start),
+        ``setup_s`` (only with ``setup_started``: the set-up before the kit started, outside
+        every other figure), ``launch_to_first_step_s`` (launcher start to the first step's
+        start),
         ``launch_to_first_step_end_s``, ``last_step_to_assembly_s`` (the last rank's last step
         to the start of the bundle's assembly), and ``phases_s``: for each phase the seconds
         from the previous mark, ranks' phases taken at the slowest rank.
@@ -161,7 +200,9 @@ def summarize(launcher: dict[str, float], ranks: list[dict[str, float]],
     for name, t in teardown:
         phases[name] = _span(t, previous)
         previous = t if t is not None else previous
+    setup = {"setup_s": _span(t0, launcher["setup_started"])} if "setup_started" in launcher else {}
     return {
+        **setup,
         "launch_to_first_step_s": _span(first_step_start, t0),
         "launch_to_first_step_end_s": _span(rank_at["first_step"], t0),
         "last_step_to_assembly_s": _span(launcher.get("assembling"), rank_at["last_step"]),
@@ -189,6 +230,8 @@ def describe(lifecycle: dict[str, Any], published_s: float | None = None) -> str
                          if phases.get(n) is not None)
 
     text = []
+    if lifecycle.get("setup_s") is not None:
+        text.append(f"set-up before the kit started {lifecycle['setup_s']:.1f} s")
     start = lifecycle.get("launch_to_first_step_end_s")
     if start is not None:
         text.append(f"launch to first step done {start:.1f} s ({part(START_PHASES)})")

@@ -14,25 +14,34 @@ Every broken, tampered or too-new bundle raises :class:`kit.errors.BundleError` 
 naming the offending file.
 """
 
-from kit.bundle.pack import pack_bundle
-from kit.bundle.reader import Bundle, read_bundle
-from kit.bundle.redact import redact_bundle
-from kit.bundle.schema import (
-    SCHEMA_VERSION,
-    STATUSES,
-    STEPS_SCHEMA,
-    SUMMARY_KEYS,
-    FieldSource,
-    Manifest,
-    MetricsFile,
-    NodeInventory,
-    RankRecord,
-)
-from kit.bundle.show import format_bundle
-from kit.bundle.unpack import unpack_bundle
-from kit.bundle.verify import verify_bundle
-from kit.bundle.writer import BundleStaging, concat_chunks, new_bundle_id
-from kit.telemetry.fields import TELEMETRY_FIELDS, TELEMETRY_SCHEMA, THROTTLE_BITS
+import importlib
+from typing import Any
+
+_HOMES = {
+    "pack_bundle": "kit.bundle.pack",
+    "Bundle": "kit.bundle.reader",
+    "read_bundle": "kit.bundle.reader",
+    "redact_bundle": "kit.bundle.redact",
+    **dict.fromkeys(("SCHEMA_VERSION", "STATUSES", "STEPS_SCHEMA", "SUMMARY_KEYS", "FieldSource",
+                     "Manifest", "MetricsFile", "NodeInventory", "RankRecord"),
+                    "kit.bundle.schema"),
+    "format_bundle": "kit.bundle.show",
+    "unpack_bundle": "kit.bundle.unpack",
+    "verify_bundle": "kit.bundle.verify",
+    **dict.fromkeys(("BundleStaging", "concat_chunks", "new_bundle_id"), "kit.bundle.writer"),
+    **dict.fromkeys(("TELEMETRY_FIELDS", "TELEMETRY_SCHEMA", "THROTTLE_BITS"),
+                    "kit.telemetry.fields"),
+}
+"""Where each name below lives: imported on first use, so a process that needs one module of
+the bundle layer (the launcher needs the schema) does not import the readers, packers and
+redaction with it (parquet reading, pyarrow.compute: part of every run's start-up)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kit.bundle' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -31,6 +31,7 @@ from kit.bundle.schema import (
     RankRecord,
 )
 from kit.bundle.writer import BundleStaging, concat_chunks
+from kit.compile_cache import entries
 from kit.container.detect import container_record
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
@@ -324,6 +325,7 @@ def assemble_bundle(
     nodes: list[NodeData] | None = None,
     slurm_job_id: str | None = None,
     launcher_marks: dict[str, float] | None = None,
+    compile_cache: dict[str, Any] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the manifest, metrics, steps and telemetry of ``staging`` and publish it.
 
@@ -339,6 +341,8 @@ def assemble_bundle(
         slurm_job_id: The Slurm job the run ran in, if any.
         launcher_marks: The launcher's start-up and teardown marks (kit.lifecycle), for
             ``metrics.json``'s ``lifecycle``.
+        compile_cache: The compile cache the ranks used (kit.compile_cache.prepare), for the
+            manifest; its file count now is added as ``entries_after``.
 
     Returns:
         The published bundle directory and its summary metrics.
@@ -412,5 +416,7 @@ def assemble_bundle(
         ranks=rank_records(cfg, results, end, staging.logs_dir),
         container=container_record(),
         slurm_job_id=slurm_job_id,
+        compile_cache=None if compile_cache is None else {
+            **compile_cache, "entries_after": entries(Path(compile_cache["dir"]))},
     )
     return staging.finalize(manifest, metrics, steps, telemetry, SCRATCH, experts), summary

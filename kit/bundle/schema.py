@@ -276,6 +276,12 @@ class Manifest(BaseModel):
         "written before the kit recorded it."
     )
 
+    compile_cache: dict[str, Any] | None = Field(
+        None, description="The compile cache the ranks used (kit.compile_cache): dir, key (the "
+        "versions and sources it is keyed by), warm (it held artifacts before the run), "
+        "entries_before and entries_after (files in it); null when the cache was off, and in "
+        "bundles written before the kit recorded it."
+    )
     slurm_job_id: str | None = Field(
         None, description="The Slurm job the run ran in (--launcher slurm); null outside "
         "Slurm, and in bundles written before the kit recorded it. A batch job's script is "
@@ -362,8 +368,9 @@ class MetricsFile(BaseModel):
         "launch_to_first_step_end_s, last_step_to_assembly_s (the last rank's last step to the "
         "start of the bundle's assembly), phases_s (seconds per phase: launcher, rank_imports, "
         "engine_imports, process_groups, model_build, first_step; rank_exit, ranks_reaped, "
-        "sampler_stop, bundle_start; ranks' phases at the slowest rank). Empty for a recovered "
-        "run.")
+        "sampler_stop, bundle_start; ranks' phases at the slowest rank), setup_s (time the "
+        "launcher's process spent before the kit started, e.g. run.sh's set-up; not part of "
+        "launch_to_first_step_s; absent when none). Empty for a recovered run.")
     stragglers: dict[str, Any] = Field(
         default_factory=dict,
         description="Per step each rank's compute time and its wait for the slowest rank of its "

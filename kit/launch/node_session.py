@@ -18,9 +18,11 @@ import shutil
 import socket
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from kit import compile_cache
 from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import KitInputError
@@ -152,6 +154,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
         RunNotPublished: Node 0 could not write the bundle.
     """
     link = NodeLink(role)
+    cache = compile_cache.prepare()  # each node's ranks inherit their node's cache
     try:
         warm_imports()
         with SignalCounter() as interrupts:
@@ -191,7 +194,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
             log.info("ranks done: %s", record.exits)
             if role.node != 0:
                 return _report_end(link, cfg)
-            return _merge_and_publish(cfg, staging, command, link, report)
+            return _merge_and_publish(cfg, staging, command, link, report, cache)
     finally:
         link.close()
 
@@ -223,8 +226,10 @@ def _clock_end(link: NodeLink, node: int) -> ClockOffset | None:
 
 
 def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str],
-                       link: NodeLink, report: SamplerReport | None) -> SessionResult:
-    """Node 0: wait for every live agent's end, merge the nodes' records, publish, tell all."""
+                       link: NodeLink, report: SamplerReport | None,
+                       cache: dict[str, Any] | None) -> SessionResult:
+    """Node 0: wait for every live agent's end, merge the nodes' records, publish, tell all
+    (``cache``: node 0's compile cache, for the manifest)."""
     role = link.role
     records: list[NodeRecord | None] = [read_node_record(staging.path, 0)]
     ends: list[dict[str, float] | None] = [None]
@@ -267,7 +272,8 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
         job = record_job(staging.path)
     try:
         path, summary = assemble_bundle(staging, cfg, command, end, report,
-                                        missing_reason(missing_why, report, notes), nodes, job)
+                                        missing_reason(missing_why, report, notes), nodes, job,
+                                        compile_cache=cache)
     except OSError as e:
         unpublished = not_published(e, staging)
         link.put("status", json.dumps({"status": "failed", "error": str(unpublished),

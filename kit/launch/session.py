@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kit import compile_cache
 from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import RunNotPublished
@@ -35,7 +36,7 @@ from kit.launch.rankfile import (
 )
 from kit.launch.signals import SignalCounter
 from kit.launch.watchdog import StallWatchdog, stall_end, stall_watchdog
-from kit.lifecycle import Marks, describe, launcher_start_time
+from kit.lifecycle import Marks, describe, launcher_marks
 from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
@@ -45,6 +46,8 @@ from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
 if TYPE_CHECKING:
     from kit.fabric.progress import FabricProgress
 
+SAMPLER_START_TIMEOUT_S = 60.0
+"""How long the sampler may take to its first sample (it starts beside the ranks)."""
 SAMPLER_STOP_TIMEOUT_S = 10.0
 """How long the sampler may take to write its last chunk and report once asked to stop."""
 
@@ -60,6 +63,10 @@ class SessionResult:
     cfg: RunConfig
     timing: str | None = None
     """Where start-up and teardown spent their time, one line (kit.lifecycle.describe)."""
+    lifecycle: dict[str, Any] | None = None
+    """``metrics.json``'s ``lifecycle`` plus ``last_step_to_published_s``, for ``--json``."""
+    compile_cache: dict[str, Any] | None = None
+    """The compile cache the ranks used (kit.compile_cache.prepare), None when off."""
 
 
 def telemetry_plan(cfg: RunConfig, node: int = 0) -> tuple[list[SourceSpec], str]:
@@ -108,10 +115,13 @@ def sample_and_launch(
     watchdog: StallWatchdog | None = None,
     marks: Marks | None = None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
-    """Start this node's sampler, run ``launch(on_poll)``, stop the sampler; never raises.
+    """Start this node's sampler beside the ranks, run ``launch(on_poll)``, stop the sampler;
+    never raises.
 
-    ``on_poll`` updates the progress display and polls the stall watchdog. ``marks`` gets the
-    launcher's ``sampler_started``, ``ranks_ended`` and ``sampler_stopped``.
+    The sampler's process is begun before ``launch`` and its first sample awaited by
+    ``on_poll``, so its start overlaps the ranks'. ``on_poll`` also updates the progress
+    display and polls the stall watchdog. ``marks`` gets the launcher's ``sampler_started``
+    (its first sample), ``ranks_ended`` and ``sampler_stopped``.
 
     Returns:
         How the ranks ended, the sampler's report, telemetry notes, and the launcher's own
@@ -121,22 +131,44 @@ def sample_and_launch(
     notes: list[str] = []
     report: SamplerReport | None = None
     sampler: TelemetrySampler | None = None
+    pending: list[TelemetrySampler] = []  # begun, first sample not yet seen
+    deadline = time.monotonic() + SAMPLER_START_TIMEOUT_S
+    who = "sampler" if node == 0 else f"node {node}'s sampler"
     outcome = LaunchOutcome()
     launch_error: str | None = None
+
+    def sampler_started(wait_s: float = 0.0) -> None:
+        """Note the sampler's first sample once it came (or its failure: telemetry is lost,
+        the run is not)."""
+        nonlocal sampler
+        if not pending:
+            return
+        try:
+            if not pending[0].poll_started(deadline, wait_s):
+                return
+            if marks is not None:
+                marks.mark("sampler_started")
+        except TelemetryError as e:
+            notes.append(f"telemetry: {who} did not start: {e}")
+            sampler = None
+        pending.clear()
+
     try:
         if sources:
+            # begun here, confirmed while the ranks start: its first sample comes long before
+            # their first step (their imports alone take seconds)
             sampler = TelemetrySampler(
                 sources, interval_ms=cfg.telemetry_interval_ms, chunks_dir=chunks_dir
             )
             try:
-                sampler.start()
-            except TelemetryError as e:  # telemetry is lost, the run is not
-                who = "sampler" if node == 0 else f"node {node}'s sampler"
+                sampler.begin()
+                pending.append(sampler)
+            except TelemetryError as e:
                 notes.append(f"telemetry: {who} did not start: {e}")
                 sampler = None
-        if marks is not None:
+        elif marks is not None:
             marks.mark("sampler_started")
-        polls = [p.poll for p in (watcher, watchdog) if p is not None]
+        polls = [sampler_started] + [p.poll for p in (watcher, watchdog) if p is not None]
 
         def on_poll() -> None:
             for poll in polls:
@@ -152,6 +184,7 @@ def sample_and_launch(
         if watcher is not None:
             watcher.close()
             watcher.say("ranks done; stopping telemetry, writing the bundle")
+        sampler_started(max(0.0, deadline - time.monotonic()))
         if sampler is not None:
             try:
                 report = sampler.stop(SAMPLER_STOP_TIMEOUT_S)
@@ -202,8 +235,8 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         RunNotPublished: The bundle could not be written (e.g. no space left); the staging
             folder keeps the run for ``bundle recover``.
     """
-    marks = Marks(started=launcher_start_time())
-    warm_imports()
+    marks = launcher_marks()
+    cache = compile_cache.prepare()  # before the ranks start: they inherit its environment
     with SignalCounter() as interrupts:
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])
@@ -212,6 +245,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
 
         def started(pids: list[int]) -> None:
             marks.mark("ranks_spawned")
+            warm_imports()  # after the spawn, not competing with it
             write_launcher_record(staging.path, command, pids)
 
         outcome, report, notes, launch_error = sample_and_launch(
@@ -233,22 +267,27 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         try:
             path, summary = assemble_bundle(staging, cfg, command, end, report,
                                             missing_reason(missing_why, report, notes),
-                                            launcher_marks=marks.times)
+                                            launcher_marks=marks.times, compile_cache=cache)
         except OSError as e:
             raise not_published(e, staging) from e
+    life = published_lifecycle(path, results)
     return SessionResult(bundle=path, status=end.status, error=end.error, summary=summary, cfg=cfg,
-                         timing=_timing(path, results))
+                         timing=describe(life, life.get("last_step_to_published_s")) or None,
+                         lifecycle=life, compile_cache=cache)
 
 
-def _timing(bundle: Path, results: list[Any]) -> str | None:
-    """The published bundle's lifecycle line, with the last step to publication measured now."""
+def published_lifecycle(bundle: Path, results: list[Any]) -> dict[str, Any]:
+    """The published bundle's ``lifecycle``, with ``last_step_to_published_s`` measured now
+    (the bundle itself can only hold the time to its assembly); empty when unreadable."""
     published = time.time()
     last = [r.timeline["last_step"] for r in results if r and "last_step" in r.timeline]
     try:
         life = json.loads((bundle / "metrics.json").read_text()).get("lifecycle") or {}
     except (OSError, ValueError):
-        return None
-    return describe(life, published - max(last) if last else None) or None
+        return {}
+    if last and life:
+        life["last_step_to_published_s"] = round(published - max(last), 3)
+    return life
 
 
 def not_published(e: OSError, staging: BundleStaging) -> RunNotPublished:

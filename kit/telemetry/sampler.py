@@ -388,31 +388,60 @@ class TelemetrySampler:
                 (e.g. no source could be built) or did not sample within ``timeout_s``.
         """
         try:
-            self._start(timeout_s)
+            self.begin()
+            deadline = time.monotonic() + timeout_s
+            while not self.poll_started(deadline,
+                                        wait_s=max(0.0, deadline - time.monotonic())):
+                pass
         except BaseException:
             self._remove_edge_pipe()
             raise
 
-    def _start(self, timeout_s: float) -> None:
+    def begin(self) -> None:
+        """Start the sampler process and return at once (:meth:`poll_started` says when it has
+        sampled): the launcher starts its ranks meanwhile.
+
+        Raises:
+            TelemetryError: ``chunks_dir`` holds an earlier run's files.
+        """
         chunks_dir = self._cfg.chunks_dir
         chunks_dir.mkdir(parents=True, exist_ok=True)
         if self.report_path.exists() or any(chunks_dir.glob(CHUNK_GLOB)):
+            self._remove_edge_pipe()
             raise TelemetryError(f"{chunks_dir} already holds telemetry; use an empty directory")
         self._proc.start()
         assert self._child_conn is not None
         self._child_conn.close()  # the child's end lives in the child only: its death is EOF
         self._child_conn = None
+
+    def poll_started(self, deadline: float, wait_s: float = 0.0) -> bool:
+        """Whether the process :meth:`begin` started has taken its first sample (waiting up to
+        ``wait_s`` for it); call until True.
+
+        Args:
+            deadline: ``time.monotonic()`` by which the first sample must have come.
+            wait_s: How long to wait for it in this call.
+
+        Raises:
+            TelemetryError: The process exited before sampling (e.g. no source could be built),
+                or ``deadline`` passed without a sample (the process is then killed).
+        """
         try:
-            if not self._conn.poll(timeout_s):
-                self._proc.kill()
-                self._proc.join(5)
-                raise TelemetryError(f"telemetry sampler took no sample within {timeout_s} s")
-            self._conn.recv()
+            if self._conn.poll(wait_s):
+                self._conn.recv()
+                return True
         except (EOFError, OSError):
             self._proc.join(5)
+            self._remove_edge_pipe()
             raise TelemetryError(
                 f"telemetry sampler exited before sampling: {self._why()}"
             ) from None
+        if time.monotonic() >= deadline:
+            self._proc.kill()
+            self._proc.join(5)
+            self._remove_edge_pipe()
+            raise TelemetryError("telemetry sampler took no sample in time")
+        return False
 
     def stop(self, timeout_s: float = 30.0) -> SamplerReport:
         """Ask the sampler process to finish, wait for it (bounded) and return its report.

@@ -21,8 +21,15 @@ from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.config import deepspeed_config
 from kit.engines.deepspeed.environment import prepare_deepspeed_environment
-from kit.engines.deepspeed.model import MOE_AUX_LOSS_COEFF, Block, CausalLM, pipeline_module
+from kit.engines.deepspeed.model import (
+    MOE_AUX_LOSS_COEFF,
+    Block,
+    CausalLM,
+    drawing_on,
+    pipeline_module,
+)
 from kit.engines.kernels.compiled import compile_modules
+from kit.engines.kernels.deferred_compile import deferred_torch_compile
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
@@ -69,11 +76,14 @@ class DeepSpeedEngine(Engine):
         self._features = speed.enabled(cfg)
         self._loss_fn = speed.loss_function(self._features)
         self._pipe = p.pp > 1
+        with drawing_on(self.device):  # on CUDA the weights are drawn there: seconds less
+            if self._pipe:
+                module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
+            else:
+                module = self._build_model(cfg, vocab, recompute, config)
         if self._pipe:
-            module = pipeline_module(w, vocab, cfg.seed, p.pp, recompute, self._pipe_loss)
             params: Any = [q for q in module.parameters() if q.requires_grad]
         else:
-            module = self._build_model(cfg, vocab, recompute, config)
             params = list(module.parameters())
             if w.is_moe:
                 from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
@@ -83,7 +93,11 @@ class DeepSpeedEngine(Engine):
                 )
         if "compile" in self._features:
             compile_modules([module], Block)
-        self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params, config=config)
+        # DeepSpeed's optimizer check imports its Muon optimizer, whose torch.compile
+        # decorators would import inductor (most of a tiny ZeRO run's model build on CPU)
+        with deferred_torch_compile():
+            self.engine, *_ = deepspeed.initialize(model=module, model_parameters=params,
+                                                   config=config)
         if self._pipe:
             dp_rank = self.engine.grid.get_data_parallel_id()
             pp_rank = self.engine.grid.get_stage_id()

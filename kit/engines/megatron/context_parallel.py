@@ -21,7 +21,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx
-from torch.nn.attention.bias import causal_lower_right
 
 from kit.engines.megatron import adapter
 
@@ -79,6 +78,10 @@ def local_attention(
     it and causally within itself: SDPA over the key prefix ``[0, (i + 1) c)`` with a
     lower-right causal bias, which SDPA's flash kernel takes (a boolean mask would not).
     """
+    # imported here: torch.nn.attention.bias imports torch._dynamo (seconds of every rank's
+    # start-up), and only context-parallel runs need it
+    from torch.nn.attention.bias import causal_lower_right
+
     c = query.shape[2] // 2
     out = []
     for half, chunk in enumerate((cp_rank, 2 * cp_size - 1 - cp_rank)):

@@ -72,7 +72,11 @@ class MegatronSpec(EngineSpec):
         }
 
     def build(self):  # type: ignore[no-untyped-def]
-        from kit.engines.megatron.engine import MegatronEngine
+        from kit.engines.kernels.deferred_compile import deferred_torch_compile
+
+        with deferred_torch_compile():  # its fusions' decorators would import inductor now
+            import megatron.core  # noqa: F401
+            from kit.engines.megatron.engine import MegatronEngine
 
         return MegatronEngine()
 

@@ -1,0 +1,172 @@
+"""Start-up: the compile cache (keyed, never stale, reused), the lifecycle a run reports (with
+run.sh's set-up as its own phase), and the imports a rank no longer pays for."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kit import compile_cache
+
+from .conftest import REPO, bundle_path, kit_cli, why_failed
+
+PROBE = """
+import json, sys
+from kit import compile_cache
+info = compile_cache.prepare()  # before torch, as a rank inherits it from its launcher
+import torch
+from torch._dynamo.utils import counters
+from kit.engines.kernels.cross_entropy import _sum_exp_and_target
+from kit.engines.kernels.deferred_compile import deferred_torch_compile
+with deferred_torch_compile():  # the way megatron-core's fusions are decorated
+    fn = torch.compile(_sum_exp_and_target, dynamic=False, fullgraph=True)
+ok = []
+for shape, dtype in json.loads(sys.argv[1]):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(*shape, generator=g).to(getattr(torch, dtype))
+    row_max = logits.amax(-1).float()
+    target = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    got = fn(logits, row_max, target, 0, shape[-1])
+    want = _sum_exp_and_target(logits, row_max, target, 0, shape[-1])
+    ok.append(got.shape == want.shape and torch.allclose(got, want, rtol=1e-3, atol=1e-3))
+print(json.dumps({"ok": ok, "hits": counters["inductor"]["fxgraph_cache_hit"],
+                  "misses": counters["inductor"]["fxgraph_cache_miss"], **info}))
+"""
+
+
+def _probe(cache: Path, cases: list) -> dict:
+    env = dict(os.environ, **{compile_cache.CACHE_ENV: str(cache)}, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(cases)], capture_output=True,
+                       text=True, cwd=REPO, env=env, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_cache_folder_changes_with_every_part_of_its_key():
+    parts = compile_cache.key_parts()
+    assert set(parts) == {"torch", "megatron-core", "deepspeed", "triton", "python", "kit",
+                          "git_commit", "engine_sources"}
+    keys = {compile_cache.cache_key(parts)}
+    for name in parts:
+        keys.add(compile_cache.cache_key({**parts, name: parts[name] + "-changed"}))
+    assert len(keys) == len(parts) + 1
+
+
+@pytest.mark.timeout(3000)
+def test_a_changed_shape_or_dtype_compiles_anew_and_the_same_one_is_reused(tmp_path):
+    """The kit's cross-entropy kernel compiled by inductor (on CPU: C++) in one process, then
+    in a fresh one: the second process loads the first one's artifact, and a new shape or dtype
+    never takes a stale one (each is a miss, and every result matches eager)."""
+    cold = _probe(tmp_path, [[[4, 16], "float32"]])
+    assert cold["ok"] == [True] and cold["warm"] is False
+    assert cold["misses"] == 1 and cold["hits"] == 0
+    inductor = Path(cold["dir"]) / "inductor"
+    assert Path(cold["dir"]).parent == tmp_path and any(inductor.rglob("*.so"))
+    before = compile_cache.entries(Path(cold["dir"]))
+
+    warm = _probe(tmp_path, [[[4, 16], "float32"], [[8, 32], "float32"], [[4, 16], "float64"]])
+    assert warm["ok"] == [True, True, True] and warm["warm"] is True
+    assert warm["hits"] == 1, "the same kernel, shape and dtype: loaded from the cache"
+    assert warm["misses"] == 2, "another shape and another dtype: compiled anew"
+    assert compile_cache.entries(Path(warm["dir"])) > before
+
+
+@pytest.mark.timeout(900)
+def test_a_run_reports_its_phases_cache_and_run_sh_set_up_apart(tmp_path):
+    """A run started the way run.sh starts it (set-up, then exec in the same process): the
+    set-up is its own phase, outside launch-to-first-step; ``--json`` carries the lifecycle
+    and the compile cache, which the manifest records too."""
+    cache = tmp_path / "cache"
+    end = time.time()
+    start = end - 100.0
+    cmd = (f'export CHARLLM_SETUP="$$ {start:.3f} {end:.3f}"; exec {sys.executable} -m kit run '
+           f"gpt3-tiny --steps 2 --warmup 1 --out {tmp_path / 'out'} --compile-cache {cache} "
+           "--json")
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=REPO,
+                       timeout=800)
+    assert r.returncode == 0, why_failed(r)
+    answer = json.loads(r.stdout.strip().splitlines()[-1])
+    life = answer["lifecycle"]
+    assert life["setup_s"] == pytest.approx(100.0, abs=0.002)
+    assert set(life["phases_s"]) == {"launcher", "rank_imports", "engine_imports",
+                                     "process_groups", "model_build", "first_step", "rank_exit",
+                                     "ranks_reaped", "sampler_stop", "bundle_start"}
+    assert all(v is not None for v in life["phases_s"].values())
+    start_phases = ("launcher", "rank_imports", "engine_imports", "process_groups",
+                    "model_build", "first_step")
+    assert life["launch_to_first_step_end_s"] == pytest.approx(
+        sum(life["phases_s"][p] for p in start_phases), abs=0.01)
+    assert life["last_step_to_published_s"] >= life["last_step_to_assembly_s"]
+    used = answer["compile_cache"]
+    assert Path(used["dir"]).parent == cache and used["warm"] is False
+    manifest = json.loads((Path(answer["bundle"]) / "manifest.json").read_text())
+    assert manifest["compile_cache"]["dir"] == used["dir"]
+    assert manifest["compile_cache"]["key"] == compile_cache.key_parts()
+    metrics = json.loads((Path(answer["bundle"]) / "metrics.json").read_text())
+    assert metrics["lifecycle"]["setup_s"] == life["setup_s"]
+
+
+@pytest.mark.timeout(300)
+def test_the_table_says_the_set_up_and_the_cache(tmp_path):
+    r = kit_cli("run", "gpt3-tiny", "--steps", "1", "--warmup", "0", "--telemetry-interval-ms",
+                "0", "--out", str(tmp_path), "--compile-cache", "off")
+    assert r.returncode == 0, why_failed(r)
+    assert "time outside the steps: launch to first step done" in r.stdout
+    assert "set-up" not in r.stdout and "compile cache" not in r.stdout
+    manifest = json.loads((bundle_path(r.stdout) / "manifest.json").read_text())
+    assert manifest["compile_cache"] is None
+
+
+def test_another_process_ignores_run_sh_set_up():
+    """A child of run.sh's process (another pid) starts its clock at its own start."""
+    code = ("from kit.lifecycle import launcher_marks; m = launcher_marks(); "
+            "print('setup_started' in m.times)")
+    env = dict(os.environ, CHARLLM_SETUP=f"1 {time.time() - 50:.3f} {time.time():.3f}",
+               PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+
+
+def test_cache_show_lists_and_clear_keeps_this_installation(tmp_path, monkeypatch):
+    monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path))
+    current = tmp_path / compile_cache.cache_key(compile_cache.key_parts())
+    stale = tmp_path / "torch0.0-py3.0-0123456789abcdef"
+    for folder in (current / "inductor", stale / "triton"):
+        folder.mkdir(parents=True)
+        (folder / "artifact").write_text("x")
+    r = kit_cli("cache", "show")
+    assert r.returncode == 0, why_failed(r)
+    assert str(tmp_path) in r.stdout and f"{current.name} (current)" in r.stdout
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in r.stdout.splitlines()}
+    assert rows[stale.name] == "1 files, 0.0 MiB"
+    r = kit_cli("cache", "clear")
+    assert r.returncode == 0 and r.stdout == f"removed {stale}\n", why_failed(r)
+    assert current.is_dir() and not stale.exists()
+    r = kit_cli("cache", "clear", "--all")
+    assert r.returncode == 0 and not current.exists(), why_failed(r)
+
+
+@pytest.mark.timeout(600)
+def test_megatron_core_imports_without_the_compiler_and_still_compiles():
+    """megatron-core's fusions are decorated with torch.compile; the engine imports it with
+    that deferred, so its import pulls in neither dynamo nor inductor (torch's optimizer still
+    imports dynamo at model build), and a deferred function still compiles at its first call."""
+    code = (
+        "import sys, torch\n"
+        "from kit.engines import engine_spec\n"
+        "engine_spec('megatron').build()\n"
+        "from megatron.core.fusions.fused_bias_gelu import bias_gelu\n"
+        "print(sorted(m for m in ('torch._dynamo.convert_frame', 'torch._inductor.compile_fx')"
+        " if m in sys.modules))\n"
+        "x, b = torch.randn(4, 8), torch.randn(8)\n"
+        "print(torch.allclose(bias_gelu(b, x), torch.nn.functional.gelu(x + b, approximate="
+        "'tanh'), atol=1e-3), 'torch._dynamo.convert_frame' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-2:] == ["[]", "True True"]
