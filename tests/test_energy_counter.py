@@ -236,3 +236,21 @@ def test_a_recorded_four_gpu_trace_with_a_counter_slower_than_its_steps_adds_up(
     # Zeus's windows around each rank's measured phase read the same counters: within 2%
     assert abs(agg["zeus_vs_counter"]) <= 0.02
     assert agg["energy_j"] == pytest.approx(recorded["recorded_power"]["energy_j"], rel=1e-9)
+
+
+def test_zeus_around_the_phase_is_compared_over_the_same_span_gaps_included():
+    # Two measured steps of 1 s at 600 W with a 3 s gap at 100 W between them (a profiled
+    # step's trace export, untimed): the steps' energy is 1200 J, the phase's 1500 J. Zeus's
+    # one window around the phase reads the latter; the cross-check compares like with like.
+    t = np.arange(0.0, 7.0, 0.02)
+    power = np.where(((t >= 1.0) & (t <= 2.0)) | ((t >= 5.0) & (t <= 6.0)), 600.0, 100.0)
+    cum = np.r_[0.0, np.cumsum(np.diff(t) * (power[1:] + power[:-1]) / 2)]
+    rows = [make_row(float(x), 0, 0, "gpu", power_w=float(p)) for x, p in zip(t, power,
+                                                                           strict=True)]
+    rows += [make_row(float(x), 0, 0, "gpu", energy_j=float(np.interp(x, t, cum)))
+             for x in np.arange(0.01, 7.0, 0.5)]
+    (d,), agg = device_metrics(pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA),
+                               steps([(1.0, 2.0), (5.0, 6.0)]), [], 1, 0.9, [1500.0])
+    assert d["energy_j"] == pytest.approx(1200.0, rel=0.01)
+    assert d["span_energy_j"] == pytest.approx(1500.0, rel=0.01)
+    assert abs(agg["zeus_vs_counter"]) < 0.01

@@ -20,8 +20,8 @@ which share of the measured time the readings bracket.
 
 The power integral runs through the power samples by the trapezoid rule, linearly inside each
 interval between two samples (at that interval's mean power), so its value at a window edge
-or a counter reading needs no sample there. It is returned as the first cross-check: the counter and the integral measure the
-same energy two ways.
+or a counter reading needs no sample there. It is returned as the first cross-check: the counter
+and the integral measure the same energy two ways.
 """
 
 from typing import NamedTuple
@@ -44,6 +44,9 @@ class DeviceEnergy(NamedTuple):
     """Counter readings used: those inside the measured span and the two that bracket it."""
     counter_coverage: float | None
     """Share of the measured time that lies between the first and last counter reading."""
+    span_counter_j: float | None = None
+    """The counter's rise from the first measured step's start to the last one's end, the gaps
+    between steps included: what a window around the whole measured phase (Zeus's) reads."""
 
 
 def _cumulative(t: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -121,7 +124,9 @@ def device_energy(windows: StepWindows, measured: np.ndarray, t: np.ndarray,
         return DeviceEnergy(None, integral, readings, 0.0 if len(tc) else None)
     covered = np.clip(np.minimum(end, tc[-1]) - np.maximum(start, tc[0]), 0.0, None)
     coverage = float(covered.sum() / max(float(np.sum(end - start)), 1e-12))
-    value = _counter_at(tc, e, tp, cum, np.r_[start, end])
-    energy = (float(np.sum(value[len(start):] - value[:len(start)]))
-              if np.all(np.isfinite(value)) else None)
-    return DeviceEnergy(energy, integral, readings, coverage)
+    value = _counter_at(tc, e, tp, cum, np.r_[start, end, lo, hi])
+    n = len(start)
+    energy = (float(np.sum(value[n:2 * n] - value[:n]))
+              if np.all(np.isfinite(value[:2 * n])) else None)
+    span = float(value[-1] - value[-2]) if np.all(np.isfinite(value[-2:])) else None
+    return DeviceEnergy(energy, integral, readings, coverage, span)

@@ -231,6 +231,7 @@ def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[st
         "energy_j": energy, "energy_source": source if energy is not None else None,
         "energy_j_per_step": energy / measured_steps if energy is not None else None,
         "counter_coverage": got.counter_coverage,
+        "span_energy_j": got.span_counter_j,
         "power_integral_j": got.integral_j,
         "counter_vs_integral": _rel(got.counter_j, got.integral_j),
         "power_field": power_field, "power_w_mean": p_mean, "power_w_peak": p_peak,
@@ -271,6 +272,7 @@ def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_
     means = known("temp_gpu_c_mean")
     frac, by_reason = _throttle_fracs(counts)
     integrals = [d["power_integral_j"] for d in per_device]
+    spans = [d["span_energy_j"] for d in per_device]
     integral = sum(integrals) if integrals and None not in integrals else None
     counters = all(d["energy_source"] == "counter" for d in per_device)
     steady = known("temp_steady")
@@ -281,6 +283,7 @@ def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_
         **_per_token(total, tokens_per_step, measured_steps),
         "power_integral_j": integral,
         "counter_vs_integral": _rel(total, integral) if counters else None,
+        "span_energy_j": (sum(spans) if counters and spans and None not in spans else None),
         "counter_coverage_min": min(known("counter_coverage"), default=None),
         "power_samples_min": min((d["power_samples"] for d in per_device), default=None),
         "counter_readings_min": min((d["counter_readings"] for d in per_device), default=None),
@@ -352,7 +355,9 @@ def zeus_cross_check(steps: pa.Table, aggregate: dict[str, Any], devices: int,
 
     Zeus measures each rank's GPU over one window around the whole measured phase
     (``zeus_phase_j``, one entry per rank that ran measured steps; ``metrics.json``
-    ``per_rank[].zeus_measured_energy_j``); bundles of kit versions that opened a window per
+    ``per_rank[].zeus_measured_energy_j``), compared with the counter's rise over the same span
+    (``span_energy_j``: the gaps between steps included, where a profiled step's trace export
+    can take seconds); bundles of kit versions that opened a window per
     step carry it per step in ``steps.parquet`` ``gpu_energy_j`` instead, used where the
     phase windows are missing. ``zeus_vs_counter`` is ``zeus_energy_j / energy_j - 1`` when the
     job's energy comes from the counter and every sampled device is one rank's GPU (the same
@@ -370,6 +375,8 @@ def zeus_cross_check(steps: pa.Table, aggregate: dict[str, Any], devices: int,
     else:
         return {"zeus_energy_j": None, "zeus_vs_counter": None}
     counter = aggregate.get("energy_j") if aggregate.get("energy_source") == "counter" else None
+    if counter and len(zeus_phase_j) == ranks and aggregate.get("span_energy_j"):
+        counter = aggregate["span_energy_j"]  # one window around the phase: gaps included
     rel = zeus / counter - 1 if counter and devices == ranks else None
     return {"zeus_energy_j": zeus, "zeus_vs_counter": rel}
 
