@@ -22,6 +22,7 @@ from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
+from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget
 from kit.spec.resolve import RunRequest
@@ -610,8 +611,8 @@ def _fail(message: str, code: int, as_json: bool) -> NoReturn:
     """Exit with ``code`` after ``message``: ``{"error": ...}`` on stdout, else on stderr."""
     if as_json:
         click.echo(json.dumps({"error": message}))
-    else:
-        click.echo(f"error: {message}", err=True)
+    else:  # a message may quote a hostile name: its escapes must not reach the terminal
+        click.echo(f"error: {terminal_safe(message)}", err=True)
     sys.exit(code)
 
 
