@@ -47,6 +47,7 @@ def _write_archive(root: Path, dest: Path) -> None:
         manifest_sha256=file_sha256(root / "manifest.json"),
         sums_sha256=file_sha256(root / SUMS_NAME),
         redacted=bundle.manifest.redaction is not None,
+        total_bytes=sum((root / rel).stat().st_size for rel in files),
     )
     created = bundle.manifest.created_utc.replace("Z", "+00:00")
     mtime = int(datetime.fromisoformat(created).timestamp())
