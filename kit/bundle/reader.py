@@ -84,17 +84,42 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
+JSON_MAX_DEPTH = 32
+"""Deepest nesting of lists and objects in a bundle's JSON (the kit writes five levels)."""
+JSON_MAX_BYTES = 256 * 2**20
+"""Largest ``manifest.json`` or ``metrics.json`` read (a 1024-rank run's is a few MB)."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (a scalar: 0), without recursing."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > JSON_MAX_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else ()
+        stack += [(child, depth + 1) for child in children]
+    return deepest
+
+
 def _load_json(root: Path, name: str) -> dict[str, Any]:
-    """Parse ``root/name`` as strict JSON (no NaN/Infinity) holding one object."""
+    """Parse ``root/name`` as strict JSON (no NaN/Infinity) holding one object, within
+    :data:`JSON_MAX_BYTES` and :data:`JSON_MAX_DEPTH`."""
     path = root / name
     if not path.is_file():
         raise BundleError(f"bundle {root}: {name} is missing")
+    if path.stat().st_size > JSON_MAX_BYTES:
+        raise BundleError(f"bundle {root}: {name} is over {JSON_MAX_BYTES} bytes; not read")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError included
         raise BundleError(f"bundle {root}: {name} is not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise BundleError(f"bundle {root}: {name} is not a JSON object")
+    if _depth(data) > JSON_MAX_DEPTH:
+        raise BundleError(f"bundle {root}: {name} nests deeper than {JSON_MAX_DEPTH} levels")
     return data
 
 
