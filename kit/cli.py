@@ -482,12 +482,16 @@ def bundle_recover(path: Path) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Archive to write (default: ./<bundle>.tar.gz).")
-@click.option("--redact", is_flag=True, help="Remove host names, user names and IPs first.")
-def bundle_pack(path: Path, output: Path | None, redact: bool) -> None:
+@click.option("--redact", is_flag=True, help="Remove secrets, accounts, user names, e-mail "
+              "addresses, host names, IPs and device serials/UUIDs first (docs/security.md).")
+@click.option("--redact-partitions", is_flag=True, help="With --redact: hide partitions too.")
+def bundle_pack(path: Path, output: Path | None, redact: bool, redact_partitions: bool) -> None:
     """Verify a bundle and pack it into one .tar.gz; print the archive path."""
     from kit.bundle.pack import pack_bundle
 
-    click.echo(str(pack_bundle(path, output, redact=redact)))
+    if redact_partitions and not redact:
+        raise click.UsageError("--redact-partitions goes with --redact")
+    click.echo(str(pack_bundle(path, output, redact=redact, partitions=redact_partitions)))
 
 
 @bundle.command("unpack")
