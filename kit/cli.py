@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kit.bundle.guard import bundle_input_errors
 from kit.cli_group import ImpliedRunGroup
 from kit.cli_options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
-from kit.bundle.guard import bundle_input_errors
 from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget

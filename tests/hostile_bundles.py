@@ -77,8 +77,8 @@ def _member(name: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO]:
 
 
 def zeros_archive(path: Path, bundle: Path, zeros: int, declared: int | None) -> Path:
-    """An archive of ``bundle`` plus a ``zeros``-byte file of zeros, its index declaring
-    ``declared`` bytes (None: the true total, zeros included)."""
+    """An archive of ``bundle`` plus a ``zeros``-byte file of zeros (none for 0), its index
+    declaring ``declared`` bytes (None: the true total, zeros included)."""
     files = sorted(p for p in bundle.rglob("*") if p.is_file())
     true_total = sum(p.stat().st_size for p in files) + zeros
     index = {"bundle_id": bundle.name, "schema_version": 1,
@@ -90,9 +90,10 @@ def zeros_archive(path: Path, bundle: Path, zeros: int, declared: int | None) ->
         tar.addfile(*_member("bundle-archive.json", json.dumps(index).encode()))
         for p in files:
             tar.addfile(*_member(f"{bundle.name}/{p.relative_to(bundle)}", p.read_bytes()))
-        info = tarfile.TarInfo(f"{bundle.name}/logs/zeros.log")
-        info.size = zeros
-        tar.addfile(info, _Zeros(zeros))
+        if zeros:
+            info = tarfile.TarInfo(f"{bundle.name}/logs/zeros.log")
+            info.size = zeros
+            tar.addfile(info, _Zeros(zeros))
     return path
 
 

@@ -46,7 +46,8 @@ export DB_PASSWORD='{SEEDS['password']}'
 srun charllm-kit run gpt3-tiny --out /home/{SEEDS['home user']}/out
 """
 LOG = f"""mail to {SEEDS['e-mail']} when done
-SLURMD_NODENAME={SEEDS['extra host']} SLURM_SUBMIT_HOST={SEEDS['extra host'].upper()}.{SEEDS['domain']}
+SLURMD_NODENAME={SEEDS['extra host']}
+SLURM_SUBMIT_HOST={SEEDS['extra host'].upper()}.{SEEDS['domain']}
 rendezvous {SEEDS['inventory host'].upper()}.{SEEDS['inventory domain']} {SEEDS['ipv4']}:29500
 peer {SEEDS['node list member']} and {SEEDS['family member']} via {SEEDS['ipv6']}
 devices {INVENTORY_UUID} {OTHER_UUID.lower()} {OTHER_UUID.upper()}

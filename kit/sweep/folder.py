@@ -13,7 +13,6 @@ from kit.errors import KitInputError
 from kit.neutralize import has_control
 from kit.sweep.index import INDEX_FILE, SweepIndex
 
-
 INDEX_MAX_BYTES = 64 * 2**20
 """Largest ``sweep.json`` read (one of 100,000 points is about 50 MB)."""
 
