@@ -1,8 +1,9 @@
 """Unpack a bundle archive from anyone (``charllm-kit bundle unpack``), treating it as hostile.
 
 Every member header is screened before a byte is extracted: only regular files and
-directories, all inside ``<bundle_id>/``, no absolute paths, ``..``, links or device files, and
-within :class:`~kit.bundle.archive.ArchiveLimits`; no single header may be over 16 MiB.
+directories, all inside ``<bundle_id>/``, no absolute paths, ``..``, links or device files,
+within :class:`~kit.bundle.archive.ArchiveLimits` and, together, within the total the index
+declares (itself bounded by the archive's size); no single header may be over 16 MiB.
 Extraction goes through tarfile's ``data``
 filter into a private staging directory beside the target; the bundle is moved into place only
 after its hashes match the index and :func:`~kit.bundle.verify.verify_bundle` passes. Nothing
