@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-SECRET_NAME = (r"[A-Za-z0-9_]*(?:TOKEN(?!S|IZER)|KEY(?!S)|SECRET|PASSWORD|PASSWD|PASSPHRASE"
-               r"|CREDENTIAL|AUTH|COOKIE)[A-Za-z0-9_]*")
+SECRET_NAME = (r"[A-Za-z0-9_]*(?:(?<!PER_)TOKEN(?!S|IZER)|KEY(?!S)|SECRET|PASSWORD|PASSWD"
+               r"|PASSPHRASE|CREDENTIAL|AUTH|COOKIE)[A-Za-z0-9_]*")
 """An environment variable or option that holds a secret (case ignored)."""
 _SECRET_ASSIGN = re.compile(rf"(?i)\b({SECRET_NAME})([\"']?\s*[=:]\s*)"
                             r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s,;]+)")
