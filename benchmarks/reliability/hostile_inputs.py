@@ -59,9 +59,11 @@ def run(args: list[str], cwd: Path) -> tuple[int, str, float, float]:
     return code, text, peak_kib / 1024, wall
 
 
-def shown(text: str, lines: int = 6) -> str:
-    """The last ``lines`` lines, control characters as escapes (this file is read in terminals)."""
-    tail = text.rstrip("\n").splitlines()[-lines:]
+def shown(text: str, head: bool, lines: int = 6) -> str:
+    """The first (``head``) or last ``lines`` lines, control characters as escapes (this file is
+    read in terminals)."""
+    all_lines = text.rstrip("\n").splitlines()
+    tail = all_lines[:lines] if head else all_lines[-lines:]
     return "\n".join("    " + repr(line)[1:-1] for line in tail) or "    (nothing)"
 
 
@@ -234,7 +236,7 @@ def main() -> None:
             code, text, peak_mib, wall = run(args, tmp)
             command = " ".join(a if a.isprintable() and " " not in a else repr(a) for a in args)
             print(f"## {n}. {what}\n$ charllm-kit {command.replace(str(tmp), '$TMP')}")
-            print(shown(text.replace(str(tmp), "$TMP")))
+            print(shown(text.replace(str(tmp), "$TMP"), head=args[:2] == ["bundle", "show"]))
             print(f"  exit {code}, peak {peak_mib:.0f} MiB, {wall:.1f} s")
             if what.startswith("bundle seeded"):
                 data = gzip.decompress((tmp / "redacted.tar.gz").read_bytes()).lower()
