@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kit.bundle.guard import bundle_input_errors
 from kit.cli_cache import cache, compile_cache_option
 from kit.cli_group import ImpliedRunGroup
 from kit.cli_options import model_options
@@ -23,6 +24,7 @@ from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
+from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget
 from kit.spec.resolve import RunRequest
@@ -439,6 +441,7 @@ def bundle() -> None:
 @bundle.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
 @ALLOW_UNVERIFIED
+@bundle_input_errors
 def bundle_show(path: Path, allow_unverified: bool) -> None:
     """Verify a bundle and summarize it (of a sweep folder: list its points' bundles)."""
     from kit.bundle.show import format_bundle, format_sweep_folder
@@ -451,7 +454,7 @@ def bundle_show(path: Path, allow_unverified: bool) -> None:
         return
     read = read_verified_bundle(path, allow_unverified)
     if read.verification_error:
-        click.echo(f"warning: unverified: {read.verification_error}", err=True)
+        click.echo(f"warning: unverified: {terminal_safe(read.verification_error)}", err=True)
     click.echo(format_bundle(read))
 
 
@@ -487,12 +490,16 @@ def bundle_recover(path: Path) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Archive to write (default: ./<bundle>.tar.gz).")
-@click.option("--redact", is_flag=True, help="Remove host names, user names and IPs first.")
-def bundle_pack(path: Path, output: Path | None, redact: bool) -> None:
+@click.option("--redact", is_flag=True, help="Remove secrets, accounts, user names, e-mail "
+              "addresses, host names, IPs and device serials/UUIDs first (docs/security.md).")
+@click.option("--redact-partitions", is_flag=True, help="With --redact: hide partitions too.")
+def bundle_pack(path: Path, output: Path | None, redact: bool, redact_partitions: bool) -> None:
     """Verify a bundle and pack it into one .tar.gz; print the archive path."""
     from kit.bundle.pack import pack_bundle
 
-    click.echo(str(pack_bundle(path, output, redact=redact)))
+    if redact_partitions and not redact:
+        raise click.UsageError("--redact-partitions goes with --redact")
+    click.echo(str(pack_bundle(path, output, redact=redact, partitions=redact_partitions)))
 
 
 @bundle.command("unpack")
@@ -522,6 +529,7 @@ def _emit(text: str, output: Path | None) -> None:
               help="File for the :::MLLOG lines (default: stdout).")
 @click.option("--org", default="unspecified", show_default=True, help="submission_org value.")
 @ALLOW_UNVERIFIED
+@bundle_input_errors
 def bundle_export_mllog(path: Path, output: Path | None, org: str, allow_unverified: bool) -> None:
     """Verify a bundle and write its run as MLPerf-style :::MLLOG lines."""
     from kit.bundle.verified import read_verified_bundle
@@ -536,6 +544,7 @@ def bundle_export_mllog(path: Path, output: Path | None, org: str, allow_unverif
               help="File for the JSON (default: stdout).")
 @click.option("--org", default="unspecified", show_default=True, help="submitter value.")
 @ALLOW_UNVERIFIED
+@bundle_input_errors
 def bundle_system_desc(path: Path, output: Path | None, org: str, allow_unverified: bool) -> None:
     """Verify a bundle and write an MLPerf system description JSON of the nodes it ran on."""
     from kit.bundle.verified import read_verified_bundle
@@ -551,6 +560,7 @@ def bundle_system_desc(path: Path, output: Path | None, org: str, allow_unverifi
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]),
               default="table", show_default=True)
 @ALLOW_UNVERIFIED
+@bundle_input_errors
 def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
             allow_unverified: bool) -> None:
     """Compare BUNDLES (each verified first; a sweep folder stands for its bundles): metrics
@@ -574,6 +584,7 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
 @click.option("--baseline", help="Bundle (path or id) the others are related to; it must "
               "have ended ok.")
 @ALLOW_UNVERIFIED
+@bundle_input_errors
 def report(bundles: tuple[Path, ...], out: Path, markdown: bool, baseline: str | None,
            allow_unverified: bool) -> None:
     """Write a report on BUNDLES (each verified first; a sweep folder stands for its bundles):
@@ -595,6 +606,7 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool, baseline: str |
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory that receives the projection file.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output: the projection and its file.")
+@bundle_input_errors
 def project(bundles: tuple[Path, ...], out: Path, as_json: bool, **opts: object) -> None:
     """Project step time, MFU, power and energy of another layout, scale or micro-batch.
 
@@ -618,8 +630,8 @@ def _fail(message: str, code: int, as_json: bool) -> NoReturn:
     """Exit with ``code`` after ``message``: ``{"error": ...}`` on stdout, else on stderr."""
     if as_json:
         click.echo(json.dumps({"error": message}))
-    else:
-        click.echo(f"error: {message}", err=True)
+    else:  # a message may quote a hostile name: its escapes must not reach the terminal
+        click.echo(f"error: {terminal_safe(message)}", err=True)
     sys.exit(code)
 
 

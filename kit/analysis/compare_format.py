@@ -24,6 +24,7 @@ from kit.analysis.compare import METRICS, Aggregate, Comparison, Group, MetricRo
 from kit.analysis.labels import layout_label, shared_phrase
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
 from kit.analysis.stragglers import straggler_line
+from kit.neutralize import csv_safe, markdown_safe, terminal_safe
 
 Format = Literal["table", "markdown", "csv", "json"]
 NA = "n/a"
@@ -260,7 +261,7 @@ def _csv(c: Comparison) -> str:
     for g in c.groups:
         for row in METRICS:
             agg = g.values[row.key]
-            writer.writerow([row.key, row.label, row.unit, g.label, g.status,
+            writer.writerow([row.key, row.label, row.unit, csv_safe(g.label), g.status,
                              str(g.verified).lower(), len(g.bundles),
                              agg.n, *(NA if v is None else repr(v)
                                       for v in (agg.median, agg.min, agg.max,
@@ -276,5 +277,8 @@ def render_comparison(c: Comparison, fmt: Format) -> tuple[str, str]:
     if fmt == "json":
         return json.dumps(comparison_dict(c), indent=2) + "\n", ""
     if fmt == "csv":
-        return _csv(c), "".join(f"comparability: {line}\n" for line in check_lines(c.checks))
-    return _text(c, markdown=fmt == "markdown"), ""
+        checks = "".join(f"comparability: {line}\n" for line in check_lines(c.checks))
+        return _csv(c), terminal_safe(checks, keep_lines=True)
+    if fmt == "markdown":
+        return markdown_safe(_text(c, markdown=True)), ""
+    return terminal_safe(_text(c, markdown=False), keep_lines=True), ""

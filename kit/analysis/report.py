@@ -37,6 +37,7 @@ from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
 from kit.analysis.stragglers import straggler_line
 from kit.bundle.reader import Bundle
+from kit.neutralize import markdown_safe
 from kit.project.file import projection_facts
 
 
@@ -148,7 +149,8 @@ def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
 
 def _projection_section(n: int, group: Group, bundle: Bundle) -> Section:
     """A projection's section: no figures (it has no telemetry), its layout, inputs, intervals
-    and assumptions."""
+    and assumptions.
+    """
     m = bundle.manifest
     facts = [("workload", m.workload["name"]), ("platform", m.platform["name"]),
              ("ranks", str(len(m.ranks))), ("engine and layout", layout_label(m.config)),
@@ -396,7 +398,8 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
         parts += [f'<a id="{s.id}"></a>\n\n### {n}. {s.title}', facts,
                   *(_md_figure(f, folder) for f in s.figures)]
     items = [*report.across, *(f for s in report.sections for f in s.figures)]
-    return "\n\n".join(parts) + "\n", {f"{i.id}.png": i.png for i in items if i.png is not None}
+    pngs = {f"{i.id}.png": i.png for i in items if i.png is not None}
+    return markdown_safe("\n\n".join(parts) + "\n"), pngs
 
 
 def write_report(paths: list[str | Path], out: Path, markdown: bool = False,

@@ -4,6 +4,9 @@ An archive is one gzip-compressed POSIX (pax) tar file whose first member is
 :data:`INDEX_NAME`, an :class:`ArchiveIndex`, followed by the bundle directory ``<bundle_id>/``
 and nothing else. The index pins the bundle's ``manifest.json`` and ``SHA256SUMS`` by SHA-256,
 and ``SHA256SUMS`` pins every other file, so an unpacked bundle is exactly the packed one.
+The index also declares the files' total size; ``unpack`` refuses an archive whose member
+headers add up to more before it writes a byte, and a bundle whose checksummed files do not
+add up to exactly it.
 """
 
 from dataclasses import dataclass
@@ -32,6 +35,9 @@ class ArchiveIndex(BaseModel):
     manifest_sha256: str = Field(pattern=_SHA256, description="SHA-256 of manifest.json, hex.")
     sums_sha256: str = Field(pattern=_SHA256, description="SHA-256 of SHA256SUMS, hex.")
     redacted: bool = Field(description="Packed with --redact (see the manifest's redaction).")
+    total_bytes: int | None = Field(
+        None, ge=0, description="Sum of the bundle's file sizes, bytes; null in archives of "
+        "kits before 2026-11-27 (then ArchiveLimits alone bound the unpack).")
 
 
 @dataclass(frozen=True)
@@ -48,3 +54,13 @@ class ArchiveLimits:
     """Size of any one file."""
     max_total_bytes: int = 32 * 2**30
     """Sum of all file sizes."""
+    max_expansion: int = 100
+    """Most bytes unpacked per byte of archive, beyond :attr:`free_bytes`: a bundle is mostly
+    parquet, which gzip barely shrinks, while a crafted member of zeros shrinks a
+    thousandfold (an 8 MB archive would fill 8 GiB)."""
+    free_bytes: int = 256 * 2**20
+    """Unpacked size allowed whatever the archive's size."""
+
+    def total_allowed(self, archive_bytes: int) -> int:
+        """The most an archive of ``archive_bytes`` may unpack to."""
+        return min(self.max_total_bytes, self.free_bytes + self.max_expansion * archive_bytes)

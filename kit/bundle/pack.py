@@ -47,6 +47,7 @@ def _write_archive(root: Path, dest: Path) -> None:
         manifest_sha256=file_sha256(root / "manifest.json"),
         sums_sha256=file_sha256(root / SUMS_NAME),
         redacted=bundle.manifest.redaction is not None,
+        total_bytes=sum((root / rel).stat().st_size for rel in files),
     )
     created = bundle.manifest.created_utc.replace("Z", "+00:00")
     mtime = int(datetime.fromisoformat(created).timestamp())
@@ -80,15 +81,18 @@ def _umask() -> int:
     return mask
 
 
-def pack_bundle(path: str | Path, out: str | Path | None = None, redact: bool = False) -> Path:
+def pack_bundle(path: str | Path, out: str | Path | None = None, redact: bool = False,
+                partitions: bool = False) -> Path:
     """Verify a bundle and pack it into one ``.tar.gz``.
 
     Args:
         path: The bundle directory.
         out: The archive to write; default ``<bundle_id>.tar.gz`` (``.redacted.tar.gz``
             with ``redact``) in the current directory.
-        redact: Pack a copy without host names, user names and IP addresses
-            (:func:`kit.bundle.redact.redact_bundle`); the bundle on disk is left as it is.
+        redact: Pack a copy without secrets, accounts, user names, e-mail addresses, host
+            names, IP addresses and device identities (:func:`kit.bundle.redact.redact_bundle`);
+            the bundle on disk is left as it is.
+        partitions: With ``redact``, also hide Slurm partition names.
 
     Returns:
         The archive written.
@@ -108,6 +112,6 @@ def pack_bundle(path: str | Path, out: str | Path | None = None, redact: bool = 
     if not dest.parent.is_dir():
         raise KitInputError(f"cannot write {dest}: {dest.parent} is not a directory")
     with tempfile.TemporaryDirectory(prefix="charllm-pack-") as tmp:
-        source = redact_bundle(root, Path(tmp)) if redact else root
+        source = redact_bundle(root, Path(tmp), partitions) if redact else root
         _write_archive(source, dest)
     return dest

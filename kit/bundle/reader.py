@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
+from kit.bundle.budget import check_table_budget, read_within_budget
 from kit.bundle.schema import (
     EXPERTS_FILE,
     EXPERTS_SCHEMA,
@@ -97,17 +98,42 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
+JSON_MAX_DEPTH = 32
+"""Deepest nesting of lists and objects in a bundle's JSON (the kit writes five levels)."""
+JSON_MAX_BYTES = 256 * 2**20
+"""Largest ``manifest.json`` or ``metrics.json`` read (a 1024-rank run's is a few MB)."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (a scalar: 0), without recursing."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > JSON_MAX_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else ()
+        stack += [(child, depth + 1) for child in children]
+    return deepest
+
+
 def _load_json(root: Path, name: str) -> dict[str, Any]:
-    """Parse ``root/name`` as strict JSON (no NaN/Infinity) holding one object."""
+    """Parse ``root/name`` as strict JSON (no NaN/Infinity) holding one object, within
+    :data:`JSON_MAX_BYTES` and :data:`JSON_MAX_DEPTH`."""
     path = root / name
     if not path.is_file():
         raise BundleError(f"bundle {root}: {name} is missing")
+    if path.stat().st_size > JSON_MAX_BYTES:
+        raise BundleError(f"bundle {root}: {name} is over {JSON_MAX_BYTES} bytes; not read")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError included
         raise BundleError(f"bundle {root}: {name} is not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise BundleError(f"bundle {root}: {name} is not a JSON object")
+    if _depth(data) > JSON_MAX_DEPTH:
+        raise BundleError(f"bundle {root}: {name} nests deeper than {JSON_MAX_DEPTH} levels")
     return data
 
 
@@ -137,40 +163,55 @@ def _schema_difference(found: pa.Schema, expected: pa.Schema) -> str | None:
     return None
 
 
+_CORRUPT = (OSError, pa.ArrowException, ValueError, IndexError, OverflowError, MemoryError)
+"""What pyarrow raises on a corrupt file: its own errors, and, for a fuzzed footer, Python's
+(a ``UnicodeDecodeError`` for a column name that is not UTF-8 is a ``ValueError``)."""
+
+
 def _unreadable(root: Path, name: str, err: Exception) -> BundleError:
     return BundleError(f"bundle {root}: {name} is not readable parquet ({type(err).__name__})")
 
 
-def check_parquet(root: Path, name: str, expected: pa.Schema) -> None:
-    """Refuse ``root/name`` unless it is a parquet file whose schema equals ``expected``.
+def check_parquet(root: Path, name: str, expected: pa.Schema) -> pq.FileMetaData:
+    """Refuse ``root/name`` unless it is a parquet file whose schema equals ``expected`` and
+    whose footer keeps it within the read budget (:mod:`kit.bundle.budget`).
+
+    Returns:
+        The file's footer.
 
     Raises:
-        BundleError: The file is missing, unreadable or of another schema.
+        BundleError: The file is missing, unreadable, of another schema or over the budget.
     """
     path = root / name
     if not path.is_file():
         raise BundleError(f"bundle {root}: {name} is missing")
     try:
-        found = pq.read_schema(path)
-    except (OSError, pa.ArrowException) as e:
+        metadata = pq.read_metadata(path)
+        found = metadata.schema.to_arrow_schema()
+    except _CORRUPT as e:
         raise _unreadable(root, name, e) from None
     problem = _schema_difference(found, expected)
     if problem:
         raise BundleError(
             f"bundle {root}: {name} does not match schema v{SCHEMA_VERSION}: {problem}"
         )
+    try:
+        check_table_budget(root, name, metadata, expected)
+    except _CORRUPT as e:
+        raise _unreadable(root, name, e) from None
+    return metadata
 
 
 def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
-    """Read one of a bundle's parquet files after checking its schema.
+    """Read one of a bundle's parquet files after checking its schema and budget.
 
     Raises:
-        BundleError: The file is missing, unreadable or of another schema.
+        BundleError: The file is missing, unreadable, of another schema or over the budget.
     """
-    check_parquet(root, name, expected)
+    metadata = check_parquet(root, name, expected)
     try:
-        return pq.read_table(root / name)
-    except (OSError, pa.ArrowException) as e:
+        return read_within_budget(root, name, metadata, expected)
+    except _CORRUPT as e:
         raise _unreadable(root, name, e) from None
 
 

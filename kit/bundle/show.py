@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS
+from kit.neutralize import terminal_safe
 from kit.sweep.folder import SweepFolder
 
 _FRACTIONS = frozenset({"mfu", "clock_sm_frac_of_max", "throttle_frac"})
@@ -102,8 +103,9 @@ def format_bundle(bundle: Bundle) -> str:
         ("world size", _value("world_size", summary["world_size"])),
     ]
     metrics = [(key, _value(key, summary[key])) for key in SUMMARY_KEYS]
+    shown = [(key, terminal_safe(str(value))) for key, value in rows]  # a bundle's own words
     parts = [
-        tabulate(rows, tablefmt="plain", disable_numparse=True),
+        tabulate(shown, tablefmt="plain", disable_numparse=True),
         tabulate(metrics, headers=("metric", "value"), colalign=("left", "right"),
                  disable_numparse=True),
     ]
@@ -113,7 +115,8 @@ def format_bundle(bundle: Bundle) -> str:
 
 def format_sweep_folder(sweep: SweepFolder) -> str:
     """Say that ``sweep`` is a sweep folder, what to do with it, and list its points."""
-    rows = [(p.id, p.status, str(sweep.path / p.bundle) if p.bundle else p.reason or "")
+    rows = [tuple(terminal_safe(str(v)) for v in (
+                p.id, p.status, sweep.path / p.bundle if p.bundle else p.reason or ""))
             for p in sweep.index.points]
     return (f"{sweep.describe()}, not a bundle: `charllm-kit bundle show` one of its bundles, "
             "or give the folder to `compare` or `report`, where it stands for its bundles.\n\n"

@@ -1,8 +1,9 @@
 """Unpack a bundle archive from anyone (``charllm-kit bundle unpack``), treating it as hostile.
 
 Every member header is screened before a byte is extracted: only regular files and
-directories, all inside ``<bundle_id>/``, no absolute paths, ``..``, links or device files, and
-within :class:`~kit.bundle.archive.ArchiveLimits`; no single header may be over 16 MiB.
+directories, all inside ``<bundle_id>/``, no absolute paths, ``..``, links or device files,
+within :class:`~kit.bundle.archive.ArchiveLimits` and, together, within the total the index
+declares (itself bounded by the archive's size); no single header may be over 16 MiB.
 Extraction goes through tarfile's ``data``
 filter into a private staging directory beside the target; the bundle is moved into place only
 after its hashes match the index and :func:`~kit.bundle.verify.verify_bundle` passes. Nothing
@@ -155,11 +156,24 @@ def _read_index(tar: tarfile.TarFile, archive: Path) -> ArchiveIndex:
         _refuse(archive, f"{INDEX_NAME} is invalid: {describe_validation_error(e)}")
 
 
+def _total_limit(index: ArchiveIndex, archive: Path, limits: ArchiveLimits) -> tuple[int, str]:
+    """The most the members may add up to, and what sets it: the index's declared total,
+    refused when over what an archive of this size may unpack to."""
+    allowed = limits.total_allowed(archive.stat().st_size)
+    if index.total_bytes is None:
+        return allowed, f"the {allowed}-byte limit for an archive of its size"
+    if index.total_bytes > allowed:
+        _refuse(archive, f"{INDEX_NAME} declares {index.total_bytes} bytes, over the "
+                f"{allowed} bytes an archive of {archive.stat().st_size} bytes may unpack to")
+    return index.total_bytes, f"the {index.total_bytes} bytes {INDEX_NAME} declares"
+
+
 def _screen(
     tar: tarfile.TarFile, archive: Path, limits: ArchiveLimits
 ) -> tuple[ArchiveIndex, list[tarfile.TarInfo]]:
     """Read every member header, refusing the archive at the first unsafe one."""
     index = _read_index(tar, archive)
+    limit, limit_text = _total_limit(index, archive, limits)
     members: list[tarfile.TarInfo] = []
     names: set[str] = set()
     total = 0
@@ -174,8 +188,8 @@ def _screen(
             _refuse(archive, f"member {member.name!r} appears twice")
         names.add(name)
         total += member.size
-        if total > limits.max_total_bytes:
-            _refuse(archive, f"members add up to over the {limits.max_total_bytes}-byte limit")
+        if total > limit:
+            _refuse(archive, f"members add up to over {limit_text}")
         members.append(member)
     return index, members
 
@@ -187,6 +201,12 @@ def _check_pinned(bundle: Path, index: ArchiveIndex, archive: Path) -> None:
             _refuse(archive, f"the bundle has no {name}")
         if file_sha256(bundle / name) != digest:
             _refuse(archive, f"{name} does not match the hash in {INDEX_NAME}")
+    if index.total_bytes is not None:
+        files = [p for p in bundle.rglob("*") if p.is_file()]
+        total = sum(p.stat().st_size for p in files)
+        if total != index.total_bytes:
+            _refuse(archive, f"its files add up to {total} bytes, not the {index.total_bytes} "
+                    f"{INDEX_NAME} declares")
 
 
 def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], index: ArchiveIndex,

@@ -22,6 +22,7 @@ from kit.bundle.reader import (
 from kit.bundle.schema import EXPERTS_FILE, EXPERTS_SCHEMA, STEPS_SCHEMA
 from kit.bundle.writer import SUMS_NAME, bundle_files, file_sha256
 from kit.errors import BundleError
+from kit.neutralize import has_control
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 _SUMS_LINE = re.compile(r"([0-9a-f]{64})  (.+)")
@@ -101,6 +102,9 @@ def verify_bundle(path: str | Path) -> list[str]:
     read_schema_version(root)  # a newer layout is named as such, not as a broken file
     sums = _read_sums(root)
     present = set(bundle_files(root))
+    odd = sorted(f for f in present if has_control(f))
+    if odd:
+        raise BundleError(f"bundle {root}: file name {odd[0]!r} holds a control character")
     for rel, digest in sorted(sums.items()):
         if rel not in present:
             raise BundleError(f"bundle {root}: missing file {rel}")

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from kit.atomic_write import write_atomic
 from kit.bundle.schema import EXPERTS_FILE, EXPERTS_SCHEMA, STEPS_SCHEMA, Manifest, MetricsFile
 from kit.errors import BundleError
+from kit.neutralize import control_problem
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 SUMS_NAME = "SHA256SUMS"
@@ -123,8 +124,17 @@ def write_sums(root: Path, skip: Sequence[str] = ()) -> None:
     """(Re)write ``root/SHA256SUMS`` over every other file in the bundle directory.
 
     ``skip``: top-level names left out (a staging folder's scratch, deleted before publishing).
+
+    Raises:
+        BundleError: A file name holds a line break or another control character: its line
+            in ``SHA256SUMS`` would read as two.
     """
-    lines = [f"{file_sha256(root / f)}  {f}\n" for f in bundle_files(root, skip)]
+    files = bundle_files(root, skip)
+    for f in files:
+        problem = control_problem(f, f"file name {f!r}")
+        if problem:
+            raise BundleError(f"bundle {root}: {problem}; rename the file")
+    lines = [f"{file_sha256(root / f)}  {f}\n" for f in files]
     text = "".join(lines)
     write_atomic(root / SUMS_NAME, lambda tmp: tmp.write_text(text, encoding="utf-8"), fsync=True)
 

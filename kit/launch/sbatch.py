@@ -8,6 +8,7 @@ asked for, the agents started in it by pyxis/enroot (``srun --container-image``)
 """
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from kit.cli_options import model_argv
 from kit.container.command import container_command
 from kit.errors import KitInputError
 from kit.launch.slurm import AGENT_ENV, PORT_BASE, srun_agents
+from kit.neutralize import control_problem, terminal_safe
 from kit.spec.resolve import RunRequest
 from kit.spec.run import RunConfig
 
@@ -30,6 +32,13 @@ JOB_RUNTIMES: tuple[str, ...] = get_args(JobRuntime)
 """Container runtimes a Slurm job starts the agents in; none runs this Python on the nodes."""
 NOT_RUN_FIELDS = ("workload", "launcher", "node_rank", "rdzv_endpoint")
 """RunRequest fields that are not ``submit`` options: the script sets them itself."""
+
+SLURM_TIME = re.compile(r"(?:\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)")
+"""``--time`` as sbatch takes it: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit."""
+SLURM_NAME = re.compile(r"[\w.,+@-]+", re.ASCII)
+"""A partition or account (a comma-separated list of partitions included)."""
+_SBATCH_BARE = re.compile(r"[\w./:@%+,=-]+", re.ASCII)
+"""A ``#SBATCH`` value that needs no quotes (sbatch splits at spaces and ends at ``#``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +62,38 @@ class JobOptions:
     runtime: JobRuntime | None = None
     image: str | None = None
     job_name: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a value sbatch would misread or a shell could run, in one line."""
+        if not SLURM_TIME.fullmatch(self.time):
+            raise KitInputError(f"--time {self.time!r} is not a Slurm time limit: minutes, "
+                                "MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 01:30:00)")
+        for option, value in (("--partition", self.partition), ("--account", self.account)):
+            if value is not None and not SLURM_NAME.fullmatch(value):
+                raise KitInputError(f"{option} {value!r} is not a Slurm {option[2:]} name "
+                                    "(letters, digits and _ . , + @ - only)")
+        for option, value in (("--image", self.image), ("--job-name", self.job_name)):
+            problem = value and control_problem(value, option)
+            if problem:
+                raise KitInputError(problem)
+
+
+def sbatch_value(value: str) -> str:
+    """``value`` as an ``#SBATCH`` line takes it: bare when safe, else in double quotes.
+
+    sbatch reads its directives itself, not through a shell: it splits at white space, honours
+    double quotes and backslashes (not single quotes) and ends the line at an unquoted ``#``.
+
+    Raises:
+        KitInputError: ``value`` holds a line break or another control character, which would
+            end the directive and start a line of the script.
+    """
+    problem = control_problem(value, f"#SBATCH value {value!r}")
+    if problem:
+        raise KitInputError(problem)
+    if _SBATCH_BARE.fullmatch(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def job_output(out: Path, job_id: str = "%j") -> Path:
@@ -148,15 +189,23 @@ def _agent_command(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
 
 
 def _sbatch_lines(cfg: RunConfig, out: Path, job: JobOptions) -> list[str]:
-    flags = [f"--job-name={job.job_name or 'charllm-' + cfg.workload.name}",
-             f"--nodes={cfg.nodes}", "--ntasks-per-node=1"]
+    flags: list[tuple[str, object]] = [
+        ("job-name", job.job_name or "charllm-" + cfg.workload.name), ("nodes", cfg.nodes),
+        ("ntasks-per-node", 1)]
     if not cfg.platform.is_cpu:
-        flags.append(f"--gpus-per-node={cfg.devices_per_node}")
-    flags += ["--exclusive", f"--time={job.time}"]
-    flags += [f"--{k}={v}" for k, v in (("partition", job.partition),
-                                         ("account", job.account)) if v]
-    flags += [f"--output={job_output(out)}", f"--chdir={os.getcwd()}"]
-    return [f"#SBATCH {f}" for f in flags]
+        flags.append(("gpus-per-node", cfg.devices_per_node))
+    flags += [("exclusive", None), ("time", job.time)]
+    flags += [(k, v) for k, v in (("partition", job.partition), ("account", job.account)) if v]
+    flags += [("output", job_output(out)), ("chdir", os.getcwd())]
+    return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_value(str(v))}"
+            for k, v in flags]
+
+
+def _export_line(name: str, value: str) -> str:
+    """``export NAME='value'``; a name that is not a shell identifier is refused."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise KitInputError(f"platform env name {name!r} is not a shell variable name")
+    return f"export {name}={shlex.quote(value)}"
 
 
 def _wrap(argv: Sequence[str]) -> str:
@@ -193,12 +242,14 @@ def sbatch_script(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
     out = out.absolute()
     p = cfg.parallel
     lines = ["#!/bin/bash",
-             f"# charllm-kit submit: {cfg.workload.name} on {cfg.platform.name}, {cfg.nodes} "
+             f"# charllm-kit submit: {terminal_safe(cfg.workload.name)} on "
+             f"{terminal_safe(cfg.platform.name)}, {cfg.nodes} "
              f"node(s) x {cfg.ranks_per_node} rank(s), TP{p.tp} PP{p.pp} CP{p.cp} DP{p.dp}",
              *_sbatch_lines(cfg, out, job), "set -u", ""]
     if cfg.platform.env:
-        lines.append(f"# The {cfg.platform.name} platform's collective-library environment")
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(cfg.platform.env.items())]
+        lines.append(f"# The {terminal_safe(cfg.platform.name)} platform's collective-library "
+                     "environment")
+        lines += [_export_line(k, v) for k, v in sorted(cfg.platform.env.items())]
         lines.append("")
     lines += [
         "# Rendezvous: node 0's store on the NodeAddr of the first node of $SLURM_JOB_NODELIST,",

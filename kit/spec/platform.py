@@ -1,10 +1,13 @@
 """Platform profiles: what one node of a machine type offers, as declared in YAML."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kit.spec.workload import ScalingRule
+from kit.spec.workload import PlainText, ScalingRule
+
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+"""An environment variable's name as a shell takes it after ``export``."""
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 
@@ -37,7 +40,7 @@ class PlatformSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="Unique name, equal to the YAML file's stem.")
+    name: PlainText = Field(description="Unique name, equal to the YAML file's stem.")
     vendor: Literal["nvidia", "amd", "cpu"] = Field(description="Device vendor.")
     description: str = Field("", description="One line for `platforms list`.")
     device_name: str = Field(description="Marketing name of one device, e.g. 'H100 SXM5 80GB'.")
@@ -60,7 +63,7 @@ class PlatformSpec(BaseModel):
     comm_backend: Literal["gloo", "nccl", "rccl"] = Field(
         description="Collective library the ranks use (rccl: ROCm's, behind torch's nccl "
         "backend name).")
-    env: dict[str, str] = Field(
+    env: dict[EnvName, PlainText] = Field(
         default_factory=dict,
         description="Environment every node's ranks get (the collective library's settings, "
         "e.g. NCCL_*/RCCL's HSA_*): exported by `submit`'s sbatch script, and set by the "

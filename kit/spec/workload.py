@@ -1,8 +1,13 @@
 """Workload specs: a model architecture and its default batch sizes, as declared in YAML."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from kit.neutralize import refuse_control
+
+PlainText = Annotated[str, AfterValidator(refuse_control)]
+"""A name or value that lands in comments, job names and scripts: no line breaks or escapes."""
 
 
 class WorkloadSpec(BaseModel):
@@ -15,7 +20,7 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="Unique name, equal to the YAML file's stem.")
+    name: PlainText = Field(description="Unique name, equal to the YAML file's stem.")
     family: Literal["gpt3", "llama3", "mixtral"] = Field(description="Model family.")
     description: str = Field("", description="One line for `workloads list`.")
     num_layers: int = Field(gt=0, description="Transformer layers.")

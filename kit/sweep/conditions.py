@@ -2,7 +2,11 @@
 
 Only literals, the point's field names, arithmetic (``+ - * // % /``), comparisons (``== != < <=
 > >= in``, chained) and ``and``/``or``/``not`` are allowed; anything else (calls, attributes,
-subscripts, lambdas) is refused when the sweep file loads.
+subscripts, lambdas, powers) is refused when the sweep file loads.
+
+A sweep file may come from another site, so the language is bounded: an expression is at most
+:data:`MAX_TEXT` characters, arithmetic takes numbers only (no ``'x' * 20000000000``, no list
+repetition or concatenation) and refuses a result beyond :data:`MAX_MAGNITUDE`.
 """
 
 import ast
@@ -24,15 +28,45 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
 }
 
 
+MAX_TEXT = 500
+"""Longest constraint, characters."""
+MAX_MAGNITUDE = 2**63
+"""Largest absolute value arithmetic may produce (a run field is never near it)."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
+    """``left op right`` on numbers only, within :data:`MAX_MAGNITUDE`.
+
+    Raises:
+        ValueError: An operand that is not a number (string or list repetition), or a result
+            beyond the bound.
+    """
+    if not (_number(left) and _number(right)):
+        raise ValueError(f"arithmetic takes numbers, not {type(left).__name__} and "
+                         f"{type(right).__name__}")
+    result = _BINARY[type(op)](left, right)
+    if abs(result) > MAX_MAGNITUDE:
+        raise ValueError(f"a result beyond {MAX_MAGNITUDE}")
+    return result
+
+
 def parse_condition(text: str, names: Collection[str]) -> ast.Expression:
     """Parse ``text`` and check it uses only the allowed constructs and the given ``names``.
 
     Raises:
         ValueError: One line saying what is not allowed.
     """
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"a constraint of {len(text)} characters: at most {MAX_TEXT}")
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError as e:
+    except (SyntaxError, RecursionError, MemoryError) as e:
+        if not isinstance(e, SyntaxError):
+            raise ValueError(f"{text!r} nests too deeply") from None
         raise ValueError(f"{text!r} is not an expression: {e.msg}") from None
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -41,6 +75,14 @@ def parse_condition(text: str, names: Collection[str]) -> ast.Expression:
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (int, float, str, bool, type(None))):
                 raise ValueError(f"{text!r}: literal {node.value!r} is not allowed")
+            if _number(node.value) and abs(node.value) > MAX_MAGNITUDE:
+                raise ValueError(f"{text!r}: a literal beyond {MAX_MAGNITUDE}")
+        elif isinstance(node, ast.BinOp):
+            for side in (node.left, node.right):
+                if isinstance(side, (ast.Tuple, ast.List)) or (
+                        isinstance(side, ast.Constant) and not _number(side.value)):
+                    raise ValueError(f"{text!r}: arithmetic takes numbers, not "
+                                     f"{ast.unparse(side)}")
         elif not isinstance(node, (
             ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.BinOp, ast.Compare,
             ast.Tuple, ast.List, ast.Load, *_BINARY, *_COMPARE, *_UNARY,
@@ -68,7 +110,7 @@ def evaluate_condition(tree: ast.Expression, fields: Mapping[str, Any]) -> Any:
         if isinstance(node, ast.UnaryOp):
             return _UNARY[type(node.op)](ev(node.operand))
         if isinstance(node, ast.BinOp):
-            return _BINARY[type(node.op)](ev(node.left), ev(node.right))
+            return _arithmetic(node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.BoolOp):
             values = (ev(v) for v in node.values)
             return all(values) if isinstance(node.op, ast.And) else any(values)
@@ -84,5 +126,5 @@ def evaluate_condition(tree: ast.Expression, fields: Mapping[str, Any]) -> Any:
 
     try:
         return ev(tree)
-    except (TypeError, ZeroDivisionError) as e:
+    except (TypeError, ZeroDivisionError, OverflowError, RecursionError) as e:
         raise ValueError(str(e)) from None

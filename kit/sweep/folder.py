@@ -5,12 +5,16 @@
 """
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import ValidationError
 
 from kit.errors import KitInputError
+from kit.neutralize import has_control
 from kit.sweep.index import INDEX_FILE, SweepIndex
+
+INDEX_MAX_BYTES = 64 * 2**20
+"""Largest ``sweep.json`` read (one of 100,000 points is about 50 MB)."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,28 @@ def read_sweep_folder(path: str | Path) -> SweepFolder | None:
     index_file = folder / INDEX_FILE
     if not index_file.is_file():
         return None
+    if index_file.stat().st_size > INDEX_MAX_BYTES:
+        raise KitInputError(f"{index_file} is over {INDEX_MAX_BYTES} bytes; not read")
     try:
         index = SweepIndex.model_validate_json(index_file.read_text(encoding="utf-8"))
-    except (ValidationError, ValueError) as e:
-        first = str(e).splitlines()[0]
+    except (ValidationError, ValueError, RecursionError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise KitInputError(f"{index_file} is not a sweep index ({first})") from None
+    for point in index.points:
+        if point.bundle and not _inside(folder, point.bundle):
+            raise KitInputError(
+                f"{index_file}: point {point.id!r} names the bundle {point.bundle!r}, which is "
+                "not a path inside the sweep folder; not read")
     return SweepFolder(folder, index)
+
+
+def _inside(folder: Path, bundle: str) -> bool:
+    """Whether ``bundle`` (from the index) is a relative path that stays inside ``folder``,
+    links followed: a received sweep folder must not make ``compare`` read elsewhere."""
+    rel = PurePosixPath(bundle)
+    if has_control(bundle) or rel.is_absolute() or ".." in rel.parts or "\\" in bundle:
+        return False
+    try:
+        return (folder / rel).resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False

@@ -1,0 +1,254 @@
+"""The rules ``bundle pack --redact`` applies to every string of a bundle, and what they find.
+
+Each rule has a name, a line for the bundle's ``redaction.removed`` and a count. The names a
+bundle reveals (hosts, users, accounts, partitions, device UUIDs and serials) are collected from
+all its text first, so each is replaced wherever it appears, in every file, by the same stable
+pseudonym (devices stay distinguishable: ``GPU-uuid-0``, ``serial-1``). Over-redaction is
+possible (a user called ``gpu`` also hides the word in logs); under-redaction of a listed kind
+is a bug.
+"""
+
+import getpass
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+SECRET_NAME = (r"[A-Za-z0-9_]*(?:(?<!PER_)TOKEN(?!S|IZER)|KEY(?!S)|SECRET|PASSWORD|PASSWD"
+               r"|PASSPHRASE|CREDENTIAL|AUTH|COOKIE)[A-Za-z0-9_]*")
+"""An environment variable or option that holds a secret (case ignored)."""
+_SECRET_ASSIGN = re.compile(rf"(?i)\b({SECRET_NAME})([\"']?\s*[=:]\s*)"
+                            r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s,;]+)")
+_SECRET_OPTION = re.compile(r"(?i)(--[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*)"
+                            r"(=|\s+)(\"[^\"\n]*\"|'[^'\n]*'|[^\s-][^\s]*)")
+_SECRET_OPTION_WORD = re.compile(r"(?i)--[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*")
+_TOKEN_FORMATS = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|AKIA[0-9A-Z]{16}"
+    r"|xox[abpr]-[\w-]{10,}|sk-[A-Za-z0-9_-]{20,})|(?i:bearer\s+)[\w.~+/-]{8,}=*")
+_EMAIL = re.compile(r"[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:.])")
+_UUID = re.compile(r"(?i)\b(?:(GPU|MIG)-)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                   r"[0-9a-f]{12})\b")
+_NODE_LIST = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*)\[([\d,\s-]+)\]([\w.-]*)")
+_PUBLIC_FQDN = re.compile(
+    r"(?i)(?<![\w.@-])(?:[a-z0-9-]+\.)+(?:com|org|net|edu|gov|mil|int|local|localdomain|lan"
+    r"|internal|intranet|intra|corp|cluster|hpc)(?![\w-])")
+_USER_SOURCES = re.compile(
+    r"/(?:home|homes|Users|users|u|scratch|work|lustre|gpfs|nfs)/([A-Za-z_][\w.-]*)"
+    r"|\b(?:USER|LOGNAME|SLURM_JOB_USER|SUDO_USER)=([A-Za-z_][\w.-]*)")
+_HOST_SOURCES = re.compile(
+    r"(?i)\b(?:HOSTNAME|SLURMD_NODENAME|SLURM_SUBMIT_HOST|SLURM_\w*NODELIST|MASTER_ADDR"
+    r"|SLURM_STEP_NODELIST)=([\w.,\[\]-]+)|--(?:nodelist|rdzv[-_]endpoint)[= ]([\w.,\[\]-]+)")
+_ACCOUNT_SOURCES = re.compile(
+    r"(?:#SBATCH\s+)?(?:--account[= ]|(?<=#SBATCH )-A\s*)([\w.-]+)|\bSLURM_JOB_ACCOUNT=([\w.-]+)")
+_PARTITION_SOURCES = re.compile(
+    r"(?:--partition[= ]|(?<=#SBATCH )-p\s*)([\w.,-]+)|\bSLURM_JOB_PARTITION=([\w.,-]+)")
+_SERIAL_SOURCES = re.compile(r"(?i)\bserial(?:[ _]?number)?\b[\"']?\s*[:=]\s*[\"']?([\w-]{4,})")
+_SERIAL_KEY = re.compile(r"(?i)serial")
+_NOT_NAMES = frozenset({"root", "localhost", "node", "none", "null", "true", "false"})
+
+
+def _word(text: str) -> re.Pattern[str]:
+    """``text`` standing alone: not inside a longer name of letters and digits (case ignored)."""
+    return re.compile(rf"(?i)(?<![A-Za-z0-9]){re.escape(text)}(?![A-Za-z0-9])")
+
+
+def expand_node_list(text: str) -> list[str]:
+    """Slurm's host list syntax: ``gpu-[01-03,7]`` -> gpu-01, gpu-02, gpu-03, gpu-7."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+        match = _NODE_LIST.fullmatch(part.strip())
+        if not match:
+            names.append(part.strip())
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.replace(" ", "").split(","):
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                continue
+            for n in range(int(lo), min(int(hi or lo), int(lo) + 4096) + 1):
+                names.append(f"{prefix}{str(n).zfill(len(lo))}{suffix}")
+    return [n for n in names if n]
+
+
+class Redactor:
+    """Replace what a site would not share in strings, by rule, counting per rule."""
+
+    def __init__(self, texts: Iterable[str], inventory_hosts: list[str],
+                 inventory_uuids: list[str], partitions: bool = False) -> None:
+        """Collect the names ``texts`` reveal and build the patterns.
+
+        Args:
+            texts: Every string of the bundle (file texts, JSON dumps).
+            inventory_hosts: Host names by node index; node N's becomes ``node<N>``.
+            inventory_uuids: The devices' UUIDs in node and device order (pseudonyms in
+                that order).
+            partitions: Also hide Slurm partition names.
+        """
+        texts = list(texts)
+        self.counts: Counter[str] = Counter()
+        self.partitions = partitions
+        hosts = self._collect_hosts(texts, inventory_hosts)
+        self._hosts = [(self._host_pattern(h), name) for h, name in hosts]
+        self._families = self._host_families([h for h, _ in hosts])
+        self._users = [_word(u) for u in sorted(self._collect(texts, _USER_SOURCES, True),
+                                                key=len, reverse=True)]
+        self._accounts = [_word(a) for a in self._collect(texts, _ACCOUNT_SOURCES)]
+        self._partitions = ([_word(p) for p in self._collect(texts, _PARTITION_SOURCES, split=",")]
+                            if partitions else [])
+        uuids = [m.group(2).lower() for u in inventory_uuids for m in _UUID.finditer(u)]
+        for t in texts:
+            uuids += [m.group(2).lower() for m in _UUID.finditer(t)]
+        self._uuids = {u: f"uuid-{i}" for i, u in enumerate(dict.fromkeys(uuids))}
+        self._serials = {s: f"serial-{i}" for i, s in enumerate(sorted(
+            self._collect(texts, _SERIAL_SOURCES)))}
+        self._serial_patterns = [(_word(s), p) for s, p in self._serials.items()]
+
+    @staticmethod
+    def _collect(texts: list[str], pattern: re.Pattern[str], add_me: bool = False,
+                 split: str | None = None) -> set[str]:
+        found = {name for t in texts for m in pattern.finditer(t) for name in m.groups() if name}
+        if split:
+            found = {part for name in found for part in name.split(split) if part}
+        if add_me:
+            try:
+                found.add(getpass.getuser())
+            except (KeyError, OSError):  # a container uid with no passwd entry and no $USER
+                pass
+        return {n for n in found if len(n) > 1 and n.lower() not in _NOT_NAMES}
+
+    @staticmethod
+    def _collect_hosts(texts: list[str], inventory: list[str]) -> list[tuple[str, str]]:
+        """Every host name seen, with its pseudonym: node<N> for the inventory's, else
+        host<K>; a FQDN's first label stands for it too."""
+        seen: dict[str, str] = {}
+        for n, host in enumerate(inventory):
+            if host and host.lower() not in _NOT_NAMES:
+                seen.setdefault(host.split(".")[0].lower(), f"node{n}")
+        extra: list[str] = []
+        for t in texts:
+            for m in _HOST_SOURCES.finditer(t):
+                value = (m.group(1) or m.group(2)).rsplit(":", 1)[0]
+                extra += expand_node_list(value)
+            for m in _NODE_LIST.finditer(t):
+                extra += expand_node_list(m.group(0))
+        for host in sorted(set(extra)):
+            short = host.split(".")[0].lower()
+            try:
+                ipaddress.ip_address(host)
+                continue  # an address: the IP rule has it
+            except ValueError:
+                pass
+            if len(short) > 1 and short not in _NOT_NAMES and not short.isdigit():
+                seen.setdefault(short, f"host{len(seen)}")
+        return sorted(seen.items(), key=lambda kv: len(kv[0]), reverse=True)
+
+    @staticmethod
+    def _host_pattern(short: str) -> re.Pattern[str]:
+        return re.compile(rf"(?i)(?<![\w.-]){re.escape(short)}(?:\.[A-Za-z0-9-]+)*(?![\w-])")
+
+    @staticmethod
+    def _host_families(hosts: list[str]) -> list[re.Pattern[str]]:
+        """``gpu-node-17`` known: every ``gpu-node-<digits>`` is a host of the same cluster."""
+        families = set()
+        for host in hosts:
+            stem = re.sub(r"\d+", r"\\d+", re.escape(host))
+            if (stem != re.escape(host) and len(re.sub(r"\d", "", host)) >= 3
+                    and not any(re.fullmatch(stem, own) for own in ("node1", "host1"))):
+                families.add(stem)
+        return [re.compile(rf"(?i)(?<![\w.-]){f}(?:\.[A-Za-z0-9-]+)*(?![\w-])")
+                for f in sorted(families)]
+
+    def _sub(self, rule: str, pattern: re.Pattern[str],
+             repl: str | Callable[[re.Match[str]], str], text: str) -> str:
+        text, count = pattern.subn(repl, text)
+        self.counts[rule] += count
+        return text
+
+    def _ip(self, match: re.Match[str]) -> str:
+        try:
+            address = ipaddress.ip_address(match.group(0))
+        except ValueError:  # a version string, a time, a MAC address: not an IP
+            return match.group(0)
+        if address.is_loopback or address.is_unspecified:
+            return match.group(0)
+        self.counts["ip addresses"] += 1
+        return "<ip>"
+
+    def _uuid(self, match: re.Match[str]) -> str:
+        prefix = f"{match.group(1)}-" if match.group(1) else ""
+        return prefix + self._uuids.get(match.group(2).lower(), "uuid")
+
+    def text(self, text: str) -> str:
+        """Return ``text`` with every rule applied."""
+        text = self._sub("secrets", _TOKEN_FORMATS, "<secret>", text)
+        text = self._sub("secrets", _SECRET_ASSIGN, r"\1\2<secret>", text)
+        text = self._sub("secrets", _SECRET_OPTION, r"\1\2<secret>", text)
+        text = self._sub("e-mail addresses", _EMAIL, "<email>", text)
+        text = self._sub("device uuids", _UUID, self._uuid, text)
+        for pattern, serial in self._serial_patterns:
+            text = self._sub("device serials", pattern, serial, text)
+        text = self._sub("host names", _NODE_LIST, "<nodelist>", text)
+        for pattern, name in self._hosts:
+            text = self._sub("host names", pattern, name, text)
+        for pattern in self._families:
+            text = self._sub("host names", pattern, "<host>", text)
+        text = self._sub("host names", _PUBLIC_FQDN, "<host>", text)
+        for pattern in self._accounts:
+            text = self._sub("accounts", pattern, "<account>", text)
+        for pattern in self._partitions:
+            text = self._sub("partitions", pattern, "<partition>", text)
+        for pattern in self._users:
+            text = self._sub("user names", pattern, "<user>", text)
+        text = _IPV4.sub(self._ip, text)
+        return _IPV6.sub(self._ip, text)
+
+    def json(self, value: Any, key: str = "") -> Any:
+        """A copy of a JSON value with :meth:`text` applied to every string; the value of a key
+        named like a secret is hidden whole, and of an option like ``--hf-token`` that stands
+        alone in a list, the next item."""
+        if isinstance(value, str):
+            if key and re.fullmatch(SECRET_NAME, key, re.I):
+                self.counts["secrets"] += 1
+                return "<secret>"
+            if key and _SERIAL_KEY.search(key) and value in self._serials:
+                self.counts["device serials"] += 1
+                return self._serials[value]
+            return self.text(value)
+        if isinstance(value, list):
+            out = [self.json(v) for v in value]
+            for i in range(1, len(out)):
+                if isinstance(value[i - 1], str) and _SECRET_OPTION_WORD.fullmatch(value[i - 1]):
+                    self.counts["secrets"] += 1
+                    out[i] = "<secret>"
+            return out
+        if isinstance(value, dict):
+            return {k: self.json(v, k) for k, v in value.items()}
+        return value
+
+    def rules(self) -> list[str]:
+        """One line per rule applied, for the bundle's ``redaction.removed``."""
+        lines = {
+            "secrets": "secrets: values of variables, options and JSON keys named like TOKEN, "
+                       "KEY, SECRET, PASSWORD, CREDENTIAL, AUTH, COOKIE, and known token formats "
+                       "-> <secret>",
+            "accounts": "accounts: Slurm accounts (--account, -A, SLURM_JOB_ACCOUNT) -> <account>",
+            "partitions": "partitions: Slurm partitions (--partition, -p, SLURM_JOB_PARTITION) "
+                          "-> <partition>",
+            "user names": "user names: from home and scratch paths (/home, /Users, /scratch, "
+                          "/work, ...), USER/LOGNAME/SLURM_JOB_USER and the redacting user, "
+                          "wherever they appear -> <user>",
+            "e-mail addresses": "e-mail addresses -> <email>",
+            "host names": "host names: the inventory's -> node<N>, others seen (HOSTNAME, "
+                          "MASTER_ADDR, node lists, --nodelist) -> host<K>, in any case and with "
+                          "any domain; Slurm node lists -> <nodelist>; names of the same family "
+                          "and FQDNs of common domains -> <host>",
+            "ip addresses": "IP addresses (not loopback) -> <ip>",
+            "device uuids": "GPU and other UUIDs -> uuid-<N>, stable within the bundle",
+            "device serials": "board and GPU serial numbers -> serial-<N>, stable within the "
+                              "bundle",
+        }
+        applied = [r for r in lines if r != "partitions" or self.partitions]
+        return [f"{lines[r]} ({self.counts[r]} replaced)" for r in applied]

@@ -1,0 +1,263 @@
+"""Bundles, archives and spec files from a hostile sender: every reader keeps to its budget,
+every output is neutralized, and every refusal is one ``error:`` line with exit code 2.
+
+The commands run in this process through the console entry point (``kit.cli.main``), which is
+what ``charllm-kit`` runs, so a few hundred fuzzed bundles take seconds, not minutes.
+"""
+
+import csv
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.bundle.archive import ArchiveLimits
+from kit.bundle.budget import BUDGET_ENV
+from kit.bundle.unpack import unpack_bundle
+from kit.bundle.writer import write_sums
+from kit.cli import main
+from kit.errors import BundleError
+from tests.hostile_bundles import (
+    H200,
+    constant_rows,
+    copy_bundle,
+    edit_json,
+    laughing_sweep,
+    long_strings,
+    reseal,
+    zeros_archive,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def kit(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``charllm-kit ARGS`` in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["charllm-kit", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error(code: int, err: str) -> str:
+    """The one ``error:`` line of a refusal (exit code 2)."""
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_a_table_of_millions_of_constant_rows_is_refused_from_its_footer(
+        monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv(BUDGET_ENV, "0.05")
+    bundle = constant_rows(copy_bundle(tmp_path), 1_000_000)
+    assert (bundle / "telemetry.parquet").stat().st_size < 1_000_000
+    for command in (["bundle", "verify"], ["bundle", "show"], ["compare"]):
+        line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
+        assert "telemetry.parquet declares 1000000 rows" in line and BUDGET_ENV in line
+
+
+def test_strings_that_decode_past_the_budget_are_refused_before_expanding(
+        monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv(BUDGET_ENV, "0.05")
+    bundle = long_strings(copy_bundle(tmp_path), rows=2000, length=50_000)
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "verify", str(bundle))[::2])
+    assert "has strings that take it to" in line
+
+
+@pytest.mark.parametrize(("declared", "needle"), [
+    (None, "may unpack to"),      # the truth, but far more than an archive this small holds
+    (1000, "members add up to over the 1000 bytes bundle-archive.json declares"),
+])
+def test_unpack_refuses_a_zip_bomb_before_writing_it(tmp_path, declared, needle):
+    archive = zeros_archive(tmp_path / "bomb.tar.gz", H200, 64 * 2**20, declared)
+    assert archive.stat().st_size < 2**20
+    dest = tmp_path / "in"
+    with pytest.raises(BundleError, match=needle):
+        unpack_bundle(archive, dest, ArchiveLimits(free_bytes=2**20))
+    assert not dest.exists()
+
+
+def test_unpack_refuses_a_declared_total_the_files_do_not_add_up_to(tmp_path):
+    archive = zeros_archive(tmp_path / "a.tar.gz", H200, 10, None)  # an unlisted file
+    with pytest.raises(BundleError, match="unlisted file|add up to"):
+        unpack_bundle(archive, tmp_path / "in")
+    assert not (tmp_path / "in").exists()
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("name: w\n" + "# padding\n" * 200_000, "too large for a spec file"),
+    (laughing_sweep(9), "expands to over 100000 values"),
+    ("base: " + "[" * 200 + "]" * 200 + "\n", "nests deeper than 32 levels"),
+    ("base: {workload: gpt3-tiny}\nskip_if: [{if: \"'x' * 20000000000 == tp\", reason: x}]\n",
+     "arithmetic takes numbers, not 'x'"),
+    ("base: {workload: gpt3-tiny}\nskip_if: [{if: 'tp * 99999999999999999999 > 1', "
+     "reason: x}]\n", "a literal beyond"),
+])
+def test_spec_files_over_their_budget_are_refused_in_one_line(
+        monkeypatch, capsys, tmp_path, text, needle):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    line = one_error(*kit(monkeypatch, capsys, "sweep", str(path), "--dry-run",
+                          "--out", str(tmp_path / "out"))[::2])
+    assert needle in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def _deep(manifest: dict) -> None:
+    inner = manifest["config"]
+    for _ in range(900):
+        inner["a"] = {}
+        inner = inner["a"]
+
+
+MISTYPED = {
+    "null engine": ("manifest.json", lambda m: m["config"].update(engine=None)),
+    "string slowest_rank": ("metrics.json", lambda m: m.update(stragglers={
+        "slowest_rank": "x", "stage": "y", "slowest_frac": "z"})),
+    "string mem_peak_bytes": ("metrics.json",
+                              lambda m: m["per_rank"][0].update(mem_peak_bytes="x")),
+    "900-deep config": ("manifest.json", _deep),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISTYPED))
+def test_schema_valid_but_mistyped_bundles_end_in_one_error_line(
+        monkeypatch, capsys, tmp_path, case):
+    name, change = MISTYPED[case]
+    bundle = edit_json(copy_bundle(tmp_path), name, change)
+    for command in (["bundle", "show"], ["compare", "--format", "json"],
+                    ["report", "-o", str(tmp_path / "r.html")],
+                    ["report", "--markdown", "-o", str(tmp_path / "r.md")]):
+        code, _, err = kit(monkeypatch, capsys, *command, str(bundle))
+        assert code == 0 or one_error(code, err), (command, err)
+
+
+ESCAPES = "\x1b[2K\r\x1b[32mstatus ok (verified)\x1b[0m\x1b]0;owned\x07\u2028\u202e"
+
+
+def test_bundle_show_escapes_terminal_sequences(monkeypatch, capsys, tmp_path):
+    bundle = edit_json(copy_bundle(tmp_path), "manifest.json",
+                       lambda m: m.update(status="failed", error=ESCAPES))
+    code, out, _ = kit(monkeypatch, capsys, "bundle", "show", str(bundle))
+    assert code == 0
+    assert not any(c in out for c in "\x1b\r\x07\u2028\u202e")
+    assert "\\x1b[2K\\x0d\\x1b[32mstatus ok (verified)" in out
+
+
+SCRIPT = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+def test_markdown_escapes_html_and_csv_defuses_formulas(monkeypatch, capsys, tmp_path):
+    bundle = edit_json(copy_bundle(tmp_path), "manifest.json", lambda m: (
+        m["workload"].update(name="=HYPERLINK(\"http://x\")" + SCRIPT),
+        m.update(status="failed", error=SCRIPT)))
+    code, out, _ = kit(monkeypatch, capsys, "compare", "--format", "markdown", str(bundle))
+    assert code == 0 and "<script" not in out and "<img" not in out and "&lt;script&gt;" in out
+    report = tmp_path / "r.md"
+    code, _, err = kit(monkeypatch, capsys, "report", "--markdown", "-o", str(report),
+                       str(bundle))
+    assert code == 0, err
+    text = report.read_text()
+    assert "<script" not in text and "<img" not in text and '<a id="comparison"></a>' in text
+    code, out, _ = kit(monkeypatch, capsys, "compare", "--format", "csv", str(bundle))
+    cells = [c for row in csv.reader(io.StringIO(out)) for c in row]
+    assert code == 0 and any(c.startswith("'=HYPERLINK") for c in cells)
+    assert not [c for c in cells if c[:1] in "=+@" or (c[:1] == "-" and not _number(c))]
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("where", ["/etc", "../../elsewhere", "a/../../..", "x\ny"])
+def test_sweep_index_bundle_paths_must_stay_inside_the_folder(
+        monkeypatch, capsys, tmp_path, where):
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    index = {"name": "s", "sweep_file": "s.yaml", "updated_utc": "2026-11-27T00:00:00Z",
+             "points": [{"id": "p1", "values": {}, "status": "ok", "bundle": where}]}
+    (folder / "sweep.json").write_text(json.dumps(index))
+    for command in (["compare"], ["bundle", "show"]):
+        code, _, err = kit(monkeypatch, capsys, *command, str(folder))
+        assert "not a path inside the sweep folder" in one_error(code, err)
+
+
+@pytest.mark.parametrize("name", ["a\nb.log", "a\u2028b.log", "a\rb.log"])
+def test_file_names_that_would_break_sha256sums_are_refused(monkeypatch, capsys, tmp_path,
+                                                            name):
+    bundle = reseal(copy_bundle(tmp_path))
+    (bundle / "logs" / name).write_text("x")
+    with pytest.raises(BundleError, match="control character"):
+        write_sums(bundle)
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "verify", str(bundle))[::2])
+    assert "control character" in line and "\n" not in line[:-1]
+
+
+_ODD_VALUES = [None, "x", -1, 1e308, [], {}, True, 2**70, "\x1b]0;t\x07", [None], {"a": None}]
+
+
+def _json_paths(value: object, path: tuple = ()) -> list[tuple]:
+    if isinstance(value, dict):
+        return [path] + [p for k, v in value.items() for p in _json_paths(v, (*path, k))]
+    if isinstance(value, list):
+        return [path] + [p for i, v in enumerate(value) for p in _json_paths(v, (*path, i))]
+    return [path]
+
+
+def _mutate_json(rng: random.Random, root: Path) -> None:
+    name = rng.choice(["manifest.json", "metrics.json"])
+    data = json.loads((root / name).read_text())
+    path = rng.choice([p for p in _json_paths(data) if p])
+    parent = data
+    for key in path[:-1]:
+        parent = parent[key]
+    if rng.random() < 0.2 and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = rng.choice(_ODD_VALUES)
+    (root / name).write_text(json.dumps(data))
+
+
+def _mutate_bytes(rng: random.Random, root: Path) -> None:
+    name = rng.choice(["steps.parquet", "telemetry.parquet"])
+    data = bytearray((root / name).read_bytes())
+    for _ in range(rng.randint(1, 8)):
+        i = rng.randrange(len(data))
+        data[i] = rng.randrange(256)
+    if rng.random() < 0.2:
+        data = data[:rng.randrange(len(data))]
+    (root / name).write_bytes(bytes(data))
+
+
+@pytest.mark.timeout(300)
+def test_fuzzed_bundles_never_end_in_a_traceback(monkeypatch, capsys, tmp_path):
+    """300 seeded mutations (JSON values retyped or removed, parquet bytes flipped or cut),
+    each resealed so that only the mutation can get it refused."""
+    rng = random.Random(39)
+    pristine = copy_bundle(tmp_path / "pristine")
+    outcomes = {0: 0, 2: 0}
+    for n in range(300):
+        bundle = copy_bundle(tmp_path / f"m{n}", pristine)
+        (_mutate_json if n % 3 else _mutate_bytes)(rng, bundle)
+        reseal(bundle)
+        commands = [["bundle", "verify"], ["bundle", "show"]]
+        if n % 3 == 1:
+            commands.append(["compare", "--format", "csv"])
+        for command in commands:
+            code, _, err = kit(monkeypatch, capsys, *command, str(bundle))
+            assert code == 0 or one_error(code, err), (n, command, err)
+            outcomes[code] += 1
+    assert outcomes[0] and outcomes[2]  # mutations both pass and get refused
