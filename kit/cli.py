@@ -80,19 +80,18 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         if warning:
             click.echo(f"warning: {warning}", err=True)
 
-    result = launch_run(cfg, req, out, command=sys.argv)
+    # from publication on, SIGINT/SIGTERM are ignored: a late stop request cannot cut the
+    # result's last line (the bundle path) short or change the exit code
+    result = launch_run(cfg, req, out, command=sys.argv, ends_process=True)
     if result is None:
         _unknown_end(out)
-    from kit.launch.signals import SignalCounter
-
-    with SignalCounter():  # a stop request that comes after publication must not cut the
-        if as_json:        # result's last line (the bundle path) short
-            click.echo(json.dumps({"status": result.status, "error": result.error,
-                                   "bundle": str(result.bundle.resolve()),
-                                   "summary": result.summary}))
-        else:
-            print_summary(result)
-            click.echo(str(result.bundle.resolve()))
+    if as_json:
+        click.echo(json.dumps({"status": result.status, "error": result.error,
+                               "bundle": str(result.bundle.resolve()),
+                               "summary": result.summary}))
+    else:
+        print_summary(result)
+        click.echo(str(result.bundle.resolve()))
     if result.status != "ok":
         sys.exit(1)
 
@@ -238,7 +237,7 @@ def fabric(out: Path, as_json: bool, **opts: object) -> None:
     req = fabric_request(**opts)
     cfg = resolve_fabric(req)
     check_output_dir(out)
-    result = run_fabric(cfg, req, out, command=sys.argv)
+    result = run_fabric(cfg, req, out, command=sys.argv, ends_process=True)
     if result is None:
         _unknown_end(out)
     from kit.bundle.reader import read_bundle

@@ -177,10 +177,11 @@ def warm_imports() -> None:
 
 
 def run_session(cfg: RunConfig, out: Path, command: list[str],
-                worker: str = WORKER) -> SessionResult:
+                worker: str = WORKER, ends_process: bool = False) -> SessionResult:
     """Launch ``cfg``, sample telemetry, and publish its bundle under ``out``.
 
     ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
+    ``ends_process``: SIGINT/SIGTERM stay ignored after publication (kit.launch.signals).
 
     Raises:
         RunNotPublished: The bundle could not be written (e.g. no space left); the staging
@@ -188,7 +189,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
     """
     marks = Marks(started=launcher_start_time())
     warm_imports()
-    with SignalCounter() as interrupts:
+    with SignalCounter(final=ends_process) as interrupts:
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])
         write_config(staging.path, cfg)
