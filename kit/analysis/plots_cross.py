@@ -83,7 +83,7 @@ def configuration_bars(c: Comparison) -> Figure:
         ax.grid(axis="x", alpha=0.3, lw=0.5)
         ax.tick_params(axis="x", labelsize=7.5)
     axes[0].set_yticks(range(len(groups)), [_name(c, g) for g in groups], fontsize=8)
-    axes[0].invert_yaxis()
+    axes[0].set_ylim(len(groups) - 0.5, -0.5)  # rows top-down, each a full row from the axis
     runs = sum(len(g.bundles) for g in groups)
     fig.suptitle(f"Per configuration: median over repeats (whiskers: min..max), {runs} runs",
                  fontsize=10)
