@@ -234,6 +234,16 @@ def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
         f.write(" ")  # the checksum no longer matches
     unknown = sorted(before)[0]  # its recorded settings are unreadable: it must run again
     (folder / unknown / "request.json").write_text("{not json")
+    dry = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume",
+              "--dry-run", "--json")
+    assert dry.returncode == 0, why_failed(dry)
+    resume = {p["id"]: p["resume"] for p in json.loads(dry.stdout)["points"]}
+    assert resume == {name: "to run" if name in ("003-tp2-mb1", unknown) else "done (ok, kept)"
+                      for name in before}
+    dry = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume",
+              "--dry-run")
+    assert "4 valid (2 done, kept by --resume)" in dry.stdout
+    assert dry.stdout.count("valid: done (ok, kept)") == 2, dry.stdout
     r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume")
     assert r.returncode == 0, why_failed(r)
     assert r.stderr.count("kept (ok, bundle verifies)") == 2
