@@ -10,7 +10,8 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
   its reason, as the manifest records them.
 * ``platform``: different platforms (MFU is then against each platform's own peak), or one
   platform name over different devices (the inventories' GPU models).
-* ``engine``: different training engines (fabric benchmarks, which train nothing, left out) (megatron-core, DeepSpeed), with their versions.
+* ``engine``: different training engines (megatron-core, DeepSpeed), with their versions;
+  fabric benchmarks, which train nothing, are left out.
 * ``software``: one engine in different versions, or different torch, CUDA/ROCm or driver
   versions.
 * ``precision``, ``batch``, ``sequence``: different dtype, micro or global batch, or sequence

@@ -265,8 +265,8 @@ def project(paths: list[str | Path], target: ProjectionTarget,
         power=None if power is None else {"compute_w": power.phases.compute_w,
                                           "comm_w": power.phases.comm_w,
                                           "idle_w": power.phases.idle_w},
-        memory={"total_gib": mem_gib,
-                "allocated_gib": plan.memory.peak.allocated_bytes / GIB, "fits": plan.memory.fits, "refusal": plan.refusal},
+        memory={"total_gib": mem_gib, "allocated_gib": plan.memory.peak.allocated_bytes / GIB,
+                "fits": plan.memory.fits, "refusal": plan.refusal},
         assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed),
         notes=[f"layout {layout_label(cfg.model_dump(mode='json'))}"]
         + ([f"predicted not to fit: {plan.refusal}"] if plan.refusal else []))

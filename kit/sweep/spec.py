@@ -2,8 +2,8 @@
 
 Field names in ``base``, the axes and the constraints are :class:`kit.spec.resolve.RunRequest`
 fields, checked when the file loads, and so is every axis value against its field's type and
-bounds (``tp: [1, 3, "two"]`` refuses the file rather than skip a point); a field added to ``RunRequest`` (a new ``run`` option)
-works in sweeps with no change here.
+bounds (``tp: [1, 3, "two"]`` refuses the file rather than skip a point); a field added to
+``RunRequest`` (a new ``run`` option) works in sweeps with no change here.
 """
 
 import ast
