@@ -4,7 +4,7 @@ Order: staging directory -> telemetry sampler (own process) -> ranks -> sampler 
 bundle assembled and published (kit.bundle.assemble). From staging to publication SIGINT and
 SIGTERM only count (kit.launch.signals), so whatever happens after staging exists (a rank
 failure, a dead sampler, Ctrl-C, a job's end) a bundle is published whose manifest says how the
-run ended. Only a launcher killed outright leaves its staging folder, with everything streamed
+run ended; a CLI run then ignores them until it exits, so its exit code is the run's. Only a launcher killed outright leaves its staging folder, with everything streamed
 so far, for ``bundle recover``.
 """
 
