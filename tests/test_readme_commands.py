@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, bundle_path, kit_cli, why_failed
+from .conftest import REPO, TP2_DP2, bundle_path, kit_cli, why_failed
 
 
 def readme_commands() -> list[list[str]]:
@@ -46,18 +46,19 @@ def test_each_readme_dry_run_succeeds_and_would_run(argv):
 
 
 def _made(argv: list[str], out: Path, *shorter: str) -> Path:
-    """Run a README line for real on CPU into ``out`` (``shorter``: fewer steps, same layout)."""
+    """Run a README line for real on CPU into ``out`` (``shorter``: fewer iterations, same
+    layout)."""
     r = kit_cli(*argv, *shorter, "--out", str(out), timeout=900)
     assert r.returncode == 0, why_failed(r)
     return bundle_path(r.stdout)
 
 
 @pytest.mark.timeout(1500)
-def test_the_tours_project_line_works_on_the_bundles_the_tour_makes(tmp_path):
+def test_the_tours_project_line_works_on_the_bundles_the_tour_makes(tp2_dp2_bundle, tmp_path):
     """``project results/<run> results/<fabric> ...``: <run> made by the tour's ``run gpt3-tiny
     --tp 2 --dp 2`` (pipeline-free), <fabric> by its ``fabric --nproc 4``."""
-    run = _made(tour_line("run", "gpt3-tiny", "--tp", "2", "--dp", "2"), tmp_path,
-                "--steps", "3", "--warmup", "1")
+    assert tour_line("run", "gpt3-tiny", "--tp", "2", "--dp", "2") == list(TP2_DP2)
+    run = tp2_dp2_bundle  # that line's run, shared with test_run_cpu
     fabric = _made(tour_line("fabric"), tmp_path, "--iters", "2", "--warmup", "1")
     argv = tour_line("project")
     argv = [str(run) if a == "results/<run>" else str(fabric) if a == "results/<fabric>" else a
