@@ -88,20 +88,19 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
         if warning:
             click.echo(f"warning: {warning}", err=True)
 
-    result = launch_run(cfg, req, out, command=sys.argv)
+    # from publication on, SIGINT/SIGTERM are ignored: a late stop request cannot cut the
+    # result's last line (the bundle path) short or change the exit code
+    result = launch_run(cfg, req, out, command=sys.argv, ends_process=True)
     if result is None:
         _unknown_end(out)
-    from kit.launch.signals import SignalCounter
-
-    with SignalCounter():  # a stop request that comes after publication must not cut the
-        if as_json:        # result's last line (the bundle path) short
-            click.echo(json.dumps({"status": result.status, "error": result.error,
-                                   "bundle": str(result.bundle.resolve()),
-                                   "summary": result.summary, "lifecycle": result.lifecycle,
-                                   "compile_cache": result.compile_cache}))
-        else:
-            print_summary(result)
-            click.echo(str(result.bundle.resolve()))
+    if as_json:
+        click.echo(json.dumps({"status": result.status, "error": result.error,
+                               "bundle": str(result.bundle.resolve()),
+                               "summary": result.summary, "lifecycle": result.lifecycle,
+                               "compile_cache": result.compile_cache}))
+    else:
+        print_summary(result)
+        click.echo(str(result.bundle.resolve()))
     if result.status != "ok":
         sys.exit(1)
 
@@ -247,7 +246,7 @@ def fabric(out: Path, as_json: bool, **opts: object) -> None:
     req = fabric_request(**opts)
     cfg = resolve_fabric(req)
     check_output_dir(out)
-    result = run_fabric(cfg, req, out, command=sys.argv)
+    result = run_fabric(cfg, req, out, command=sys.argv, ends_process=True)
     if result is None:
         _unknown_end(out)
     from kit.bundle.reader import read_bundle
@@ -298,7 +297,7 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
     if job is not None and (note := sweep_runtime_note(runtime)):
         click.echo(f"warning: {note}", err=True)
     if dry_run:
-        _sweep_dry_run(spec, out, job, as_json)
+        _sweep_dry_run(spec, out, job, as_json, resume)
         return
     from kit.sweep.runner import run_sweep
 
@@ -313,20 +312,24 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
         sys.exit(1)
 
 
-def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json: bool) -> None:
-    """Print the plan; with ``job`` (``--launcher slurm``) as the real sweep would submit it."""
+def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json: bool,
+                   resume: bool) -> None:
+    """Print the plan; with ``job`` (``--launcher slurm``) as the real sweep would submit it;
+    with ``resume``, which points are done (their bundle kept) and which would run."""
     from kit.sweep.jobs import planned_jobs, slurm_sweep
     from kit.sweep.plan import plan_sweep
+    from kit.sweep.runner import kept_points
     from kit.sweep.tables import plan_json, plan_table
 
     if job is not None:
         spec = slurm_sweep(spec)
     plan = plan_sweep(spec, require_present=False)
     jobs = planned_jobs(plan, out / spec.name, job) if job is not None else None
+    kept = kept_points(plan, out / spec.name) if resume else None
     if as_json:
-        click.echo(json.dumps(plan_json(spec.name, plan, jobs)))
+        click.echo(json.dumps(plan_json(spec.name, plan, jobs, kept)))
         return
-    click.echo(plan_table(plan, jobs))
+    click.echo(plan_table(plan, jobs, kept))
     click.echo("dry run: nothing launched" if jobs is None else
                "dry run: nothing submitted (--json prints each job's sbatch script)")
 
@@ -641,7 +644,7 @@ def main() -> None:
     Whether to answer in JSON is read from the raw arguments (``--json`` before any ``--``),
     since a usage error stops click before it has parsed the flag.
     """
-    args = sys.argv[1:]
+    args = sys.argv[1:] or ["--help"]  # bare `charllm-kit`: what it does, exit 0
     as_json = "--json" in itertools.takewhile(lambda a: a != "--", args)
     try:
         cli.main(args=args, prog_name="charllm-kit", standalone_mode=False)

@@ -25,13 +25,21 @@ def fmt(value: Any, unit: str = "", digits: int = 3) -> str:
     return f"{value}{unit}"
 
 
+def count_text(n: int) -> str:
+    """A count with the largest suffix that keeps it at 1 or more: ``175B``, ``941K``."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return str(n)
+
+
 def workloads_table() -> str:
     """One row per shipped workload."""
     rows = []
     for name in workload_names():
         w = load_workload(name)
         moe = f"{w.num_experts}x top-{w.moe_top_k}" if w.is_moe else "-"
-        rows.append([name, w.family, f"{params_count(w) / 1e9:.3g}B", w.num_layers,
+        rows.append([name, w.family, count_text(params_count(w)), w.num_layers,
                      w.hidden_size, f"{w.num_attention_heads}/{w.query_groups}", w.seq_length, moe])
     return tabulate(rows, headers=["workload", "family", "params", "layers", "hidden",
                                    "heads/groups", "seq", "MoE"])

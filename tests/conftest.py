@@ -90,6 +90,20 @@ def cpu_bundle(tmp_path_factory) -> Path:
     return bundle_path(r.stdout)
 
 
+TP2_DP2 = ("run", "gpt3-tiny", "--tp", "2", "--dp", "2")
+"""The README tour's 4-rank run."""
+
+
+@pytest.fixture(scope="session")
+def tp2_dp2_bundle(tmp_path_factory) -> Path:
+    """One real TP2 x DP2 gpt3-tiny run (3 steps), the README tour's ``run`` line, shared by the
+    tests that check its layout and the tour's ``project`` line: copy it before changing it."""
+    out = tmp_path_factory.mktemp("tp2-dp2")
+    r = kit_cli(*TP2_DP2, "--steps", "3", "--warmup", "1", "--out", str(out))
+    assert r.returncode == 0, why_failed(r)
+    return bundle_path(r.stdout)
+
+
 def start_long_run(out: Path, *args: str, steps: int = 500) -> subprocess.Popen:
     """A run (default: 2 ranks, TP 2) far longer than any test waits for.
 

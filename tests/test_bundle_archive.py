@@ -299,6 +299,41 @@ def test_unpack_onto_a_full_or_read_only_filesystem_names_the_destination(tmp_pa
     assert str(archive) not in r.stderr
 
 
+@pytest.mark.timeout(120)
+def test_pack_onto_a_read_only_filesystem_names_the_archive_not_its_temp_file(tmp_path):
+    if not _unshare_tmpfs_works(tmp_path):
+        pytest.skip("cannot mount a tmpfs here (unshare -rm with tmpfs not permitted)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    dest = mnt / "x.tar.gz"
+    script = (f"mount -t tmpfs -o ro tmpfs {mnt} && cd {REPO} && "
+              f"{sys.executable} -m kit bundle pack {H100} -o {dest}")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=100)
+    assert one_line_error(r) == f"error: {dest}: Read-only file system"
+
+
+def test_a_tampered_archive_is_named_by_itself_not_by_a_deleted_staging_path(cli, tmp_path):
+    """A member edited and SHA256SUMS left as packed: the bundle fails verification once
+    extracted, and the one line names the archive and the bundle's file, not the staging
+    folder it was checked in (deleted by the time the line is read)."""
+    archive = tmp_path / "a.tar.gz"
+    assert cli("bundle", "pack", str(H200), "-o", str(archive)).returncode == 0
+    work = tmp_path / "work"
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    with (work / H200.name / "metrics.json").open("a") as f:
+        f.write(" ")
+    tampered = tmp_path / "tampered.tar.gz"
+    with tarfile.open(tampered, "w:gz") as tar:
+        tar.add(work / INDEX_NAME, INDEX_NAME)
+        tar.add(work / H200.name, H200.name)
+    r = cli("bundle", "unpack", str(tampered), "-o", str(tmp_path / "in"))
+    assert one_line_error(r) == (f"error: {tampered}: bundle {H200.name} fails verification: "
+                                 "checksum mismatch: metrics.json; not unpacked")
+    assert not (tmp_path / "in").exists()
+
+
 PLANTED = ("gpu-node-17", "example.org", "alice", "10.20.30.40", "fd00::1234")
 
 

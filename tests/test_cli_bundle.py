@@ -74,9 +74,79 @@ def test_verify_catches_a_manifest_that_fails_the_schema(cli, copy):
     assert r.returncode == 2 and "manifest.json" in r.stderr and "status" in r.stderr
 
 
+def test_compare_of_a_results_folder_reads_the_bundles_in_it(cli, copy, tmp_path):
+    """``compare results`` (the folder, not results/*): its bundles, said in a note; a folder
+    with none is one line, exit 2."""
+    (tmp_path / f".{copy.name}.partial").mkdir()  # a staging folder is no bundle
+    r = cli("compare", str(tmp_path), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [[Path(b).name for b in g["bundles"]] for g in out["groups"]] == [[copy.name]]
+    assert any(f"folder {tmp_path}: its 1 bundles" in c["message"] for c in out["checks"])
+    (tmp_path / "empty").mkdir()
+    r = cli("compare", str(tmp_path / "empty"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "neither a bundle nor a folder of bundles" in r.stderr
+
+
+def test_show_compare_and_report_show_the_host_cpu_and_memory(cli, real_bundle, tmp_path):
+    """A CPU run has no device figures: its host CPU share and memory are shown instead of
+    nothing, as telemetry.parquet's host rows give them over the measured steps."""
+    import pyarrow.parquet as pq
+
+    host = pq.read_table(real_bundle / "telemetry.parquet").to_pandas()
+    host = host[host["source"] == "host"]
+    r = cli("bundle", "show", str(real_bundle))
+    shown = dict(line.split() for line in r.stdout.splitlines()
+                 if line.startswith("host_") and len(line.split()) == 2)
+    assert 0 < float(shown["host_cpu_util_pct_mean"]) <= 100, r.stdout
+    peak_gib = host["host_mem_used_bytes"].max() / 2**30
+    assert 0 < float(shown["host_mem_used_gib_peak"]) <= peak_gib * 1.001
+    r = cli("compare", str(real_bundle), "--format", "json")
+    metrics = json.loads(r.stdout)["groups"][0]["metrics"]
+    assert metrics["host.cpu_util_pct_mean"]["median"] == pytest.approx(
+        float(shown["host_cpu_util_pct_mean"]), rel=1e-3)
+    assert metrics["host.mem_used_gib_peak"]["median"] > 0
+    r = cli("report", str(real_bundle), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "host CPU busy, mean" in html and "host memory used, peak" in html
+
+
+def test_bare_command_shows_the_help_and_exits_0(cli):
+    r = cli()
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.startswith("Usage: charllm-kit") and "Commands:" in r.stdout
+
+
+def test_verify_decodes_the_data_pages_that_compare_and_report_read(cli, copy):
+    """Bytes flipped inside a steps.parquet data page, SHA256SUMS re-hashed: the footer and
+    schema still read, only decoding the pages notices; verify says so before report does."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    steps = copy / "steps.parquet"
+    column = pq.ParquetFile(steps).metadata.row_group(0).column(2)
+    data = bytearray(steps.read_bytes())
+    middle = column.data_page_offset + column.total_compressed_size // 2
+    data[middle:middle + 8] = bytes(b ^ 0xFF for b in data[middle:middle + 8])
+    steps.write_bytes(bytes(data))
+    digest = hashlib.sha256(bytes(data)).hexdigest()
+    sums = [ln if not ln.endswith("  steps.parquet") else f"{digest}  steps.parquet"
+            for ln in (copy / "SHA256SUMS").read_text().splitlines()]
+    (copy / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    r = cli("bundle", "verify", str(copy))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "steps.parquet is not readable parquet" in r.stderr
+
+
 def test_listing_commands(cli):
     r = cli("workloads", "list")
     assert r.returncode == 0 and "mixtral-8x22b" in r.stdout and "gpt3-tiny" in r.stdout
+    sizes = {line.split()[0]: line.split()[2] for line in r.stdout.splitlines()[2:]}
+    assert (sizes["gpt3-tiny"], sizes["mixtral-tiny"], sizes["gpt3-small"],
+            sizes["gpt3-175b"]) == ("941K", "1.15M", "125M", "175B")
     r = cli("workloads", "show", "llama3-70b")
     assert r.returncode == 0 and "28672" in r.stdout
     fields = {line.split()[0] for line in r.stdout.splitlines()}

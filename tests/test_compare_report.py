@@ -295,7 +295,7 @@ def test_a_baseline_that_did_not_end_ok_is_refused(cli, runs, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["compare", "tests"], "tests: manifest.json is missing"),
+    (["compare", "tests"], "tests is neither a bundle nor a folder of bundles"),
     (["compare", str(H100), "--baseline", "nonesuch"], "unknown baseline nonesuch"),
     (["compare", str(H100), str(H100)], "is given twice"),
     (["report", "no/such/dir", "-o", "x.html"], "no bundle at no/such/dir"),

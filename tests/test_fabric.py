@@ -86,6 +86,27 @@ def test_compare_and_report_show_the_fabric_curve(fabric, tmp_path):
     assert 'id="fabric-busbw"' in report.read_text()
 
 
+@pytest.mark.timeout(600)
+def test_a_fabric_bundle_beside_a_run_is_named_as_collectives_not_a_batch(fabric, cpu_bundle):
+    """A fabric bundle trains nothing: it is no layout, batch, engine or architecture to flag
+    against a training run's; its n/a stays in its own row of the bars, off the x-axis."""
+    from kit.analysis.compare import compare_bundles
+    from kit.analysis.plots_cross import configuration_bars
+
+    r = kit_cli("compare", str(cpu_bundle), str(fabric), "--format", "json")
+    assert r.returncode == 0, why_failed(r)
+    out = json.loads(r.stdout)
+    labels = [g["label"] for g in out["groups"]]
+    assert labels[1].startswith("fabric cpu x3") and labels[1].endswith("collectives"), labels
+    assert "gb" not in labels[1] and "megatron" not in labels[1]
+    assert not {c["kind"] for c in out["checks"]} & {"batch", "engine", "workload"}, out["checks"]
+    fig = configuration_bars(compare_bundles([cpu_bundle, fabric]))
+    for ax in fig.axes:
+        bottom, top = ax.get_ylim()
+        for text in ax.texts:  # each row's label sits half a row or more from the axis
+            assert min(bottom, top) + 0.4 < text.get_position()[1] < max(bottom, top) - 0.4
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--ops", "all_reduce,bogus"], "--ops: unknown collective 'bogus'"),
     (["--nproc", "1"], "at least 2 ranks"),

@@ -157,3 +157,36 @@ def test_bad_profile_options_are_one_line_and_exit_2(args, needle):
                 "--dry-run")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and needle in r.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_kernel_category_has_one_colour_in_every_figure_and_small_shares_keep_decimals(tp2):
+    """MatMul is one colour in "Where the profiled time goes" and "Kernel time by category";
+    the communication axis of a run with ~1% overlapped says 0.2%, 0.4%, ..., not 0%, 0%, 1%."""
+    from kit.analysis import plots_cross, plots_run
+    from kit.analysis.compare import compare_bundles
+    from kit.analysis.kernels import kernel_times
+    from kit.analysis.plots_common import png_bytes
+    from kit.analysis.run_view import run_view
+
+    c = compare_bundles([tp2])
+    bundle = c.bundles[0]
+
+    def colours(fig) -> dict[str, tuple]:
+        """Each legend entry's colour (a bar series' first bar)."""
+        out = {}
+        for ax in fig.axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                out[label] = handle.patches[0].get_facecolor()
+        return out
+
+    stages = colours(plots_cross.stage_breakdown(c))
+    kernels = colours(plots_run.kernel_breakdown(kernel_times(bundle), run_view(bundle)))
+    shared = set(stages) & set(kernels)
+    assert "MatMul" in shared, (stages, kernels)
+    assert all(stages[k] == kernels[k] for k in shared)
+    fig = plots_cross.exposed_communication(c)
+    png_bytes(fig)  # ticks are laid out when drawn
+    for ax in fig.axes:
+        ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert len(ticks) == len(set(ticks)), ticks

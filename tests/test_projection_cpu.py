@@ -122,9 +122,16 @@ def test_the_cli_writes_a_projection_compare_reads_and_a_fabric_alone_is_refused
     out = json.loads(r.stdout)
     assert out["projected"] is True and Path(out["file"]).is_file()
     assert {c["what"] for c in out["collectives"]} >= {"SP all-gather", "SP reduce-scatter"}
+    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--sp", "--dry-run", "--json")
+    assert r.returncode == 0, why_failed(r)
+    stages = json.loads(r.stdout)["memory_estimate"]["stages"]  # what --dry-run shows
+    assert out["memory"]["total_gib"] == max(s["total_bytes"] for s in stages) / 2**30
     r = kit_cli("compare", str(dp1), out["file"], "--format", "csv")
     assert r.returncode == 0, r.stderr
     assert "[projected]" in r.stdout and "PROJECTED, not measured" in r.stderr
+    r = kit_cli("compare", str(dp1), out["file"])
+    memory = next(ln for ln in r.stdout.splitlines() if ln.startswith("peak memory"))
+    assert memory.count("(estimate)") == 1, memory  # the projection's, not the measured one
     r = kit_cli("project", str(fabric), "--out", str(tmp_path / "none"))
     assert r.returncode == 2 and "no run bundle given" in r.stderr
     assert not (tmp_path / "none").exists()

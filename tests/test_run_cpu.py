@@ -88,11 +88,8 @@ def test_tp2_matches_tp1_loss(tp2_bundle, gpt3_tiny_reference):
     assert tp1 == pytest.approx(tp2, rel=1e-4)
 
 
-def test_tp2_dp2_runs_four_ranks(cli, tmp_path):
-    r = cli("run", "gpt3-tiny", "--tp", "2", "--dp", "2", "--steps", "3", "--warmup", "1",
-            "--out", str(tmp_path))
-    assert r.returncode == 0, why_failed(r)
-    bundle = bundle_path(r.stdout)
+def test_tp2_dp2_runs_four_ranks(tp2_dp2_bundle):
+    bundle = tp2_dp2_bundle
     verify_bundle(bundle)
     m = json.loads((bundle / "manifest.json").read_text())
     assert [(x["tp_rank"], x["dp_rank"]) for x in m["ranks"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]

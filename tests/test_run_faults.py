@@ -3,11 +3,14 @@ full disk. Real runs over gloo, real signals; every test has its own timeout, so
 the test instead of holding CI.
 """
 
+import contextlib
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,16 +64,15 @@ def gone(pids: list[int]) -> bool:
 @pytest.mark.timeout(240)
 def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
     """What `timeout`, scancel and systemd do: SIGTERM to every process of the job's group
-    (launcher and sampler), then more signals while it shuts down. It ends within 60 s."""
+    (launcher and sampler), then more signals while it shuts down: the second cuts the ranks'
+    grace short, and wherever the launcher is when they land its exit code is 1."""
     proc = start_long_run(tmp_path)
     wait_for_steps(tmp_path, 2)
-    t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGTERM)
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)  # and an impatient Ctrl-C
     os.killpg(proc.pid, signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 60
+    out, err = proc.communicate(timeout=180)  # a hang guard, not a speed bound
     assert proc.returncode == 1, err
     bundle = bundle_path(out)
     verify_bundle(bundle)
@@ -80,6 +82,35 @@ def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
     losses = losses_by_rank(bundle)
     assert len(losses[0]) >= 2 and len(losses[0]) == len(losses[1])
     assert pq.read_table(bundle / "telemetry.parquet").num_rows > 0  # the sampler's last chunk
+
+
+@pytest.mark.timeout(240)
+def test_signals_until_the_launcher_exits_do_not_change_its_exit_code(tmp_path):
+    """A job's end can keep signalling while the launcher assembles, publishes and prints: a
+    SIGINT or SIGTERM every 20 ms from the first until the process is gone hits every moment
+    from staging to exit, publication to exit included, where a default handler would end it
+    with -2 or 143. The exit code is the one documented for an interrupted run: 1."""
+    proc = start_long_run(tmp_path)
+    wait_for_steps(tmp_path, 2)
+    os.killpg(proc.pid, signal.SIGTERM)
+
+    def keep_signalling() -> None:
+        for n in itertools.count():
+            if proc.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT if n % 2 else signal.SIGTERM)
+            time.sleep(0.02)
+
+    storm = threading.Thread(target=keep_signalling, daemon=True)
+    storm.start()
+    out, err = proc.communicate(timeout=120)
+    storm.join()
+    assert proc.returncode == 1, err
+    bundle = bundle_path(out)
+    verify_bundle(bundle)
+    m = manifest(bundle)
+    assert m["status"] == "interrupted" and m["error"].startswith("stopped by signal SIGTERM")
 
 
 @pytest.mark.timeout(240)

@@ -1,6 +1,10 @@
 """``./run.sh`` as a person types it: every command of the CLI passes through, a workload first
 means ``run WORKLOAD``, and words that are neither get one line."""
 
+import os
+import shutil
+import sys
+
 import pytest
 
 from kit.cli import cli as kit_group
@@ -54,3 +58,17 @@ def test_fabric_through_run_sh_says_what_it_measures_as_it_goes(tmp_path):
         "4/4 send_recv 64 KiB x50"]
     assert lines[-1] == "fabric on cpu x2: ranks done; stopping telemetry, writing the bundle"
     assert "iters" in r.stdout.splitlines()[1] and "graph" not in r.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(shutil.which("chromium") is not None, reason="chromium is installed here")
+def test_run_sh_test_says_the_browser_test_is_skipped_before_it_runs():
+    """``./run.sh test`` never installs system packages unannounced: asked not to, it says the
+    browser test will be skipped, and the test's skip says why."""
+    env = dict(os.environ, CHARLLM_NO_BROWSER="1", CHARLLM_VENV=sys.prefix)
+    r = run_sh("test", "-rs", "-p", "no:cacheprovider", "tests/test_report_layouts.py", "-k",
+               "renders_in_chromium", env=env)
+    assert r.returncode == 0, why_failed(r)
+    assert r.stderr.startswith("run.sh: chromium not installed (CHARLLM_NO_BROWSER is set): "
+                               "the report's browser test"), r.stderr
+    assert "headless Chromium not found" in r.stdout

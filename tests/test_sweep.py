@@ -125,6 +125,12 @@ def test_constraints_skip_points(tmp_path):
      "Call is not allowed"),
     ("base: {workload: gpt3-tiny}\nskip_if: [{if: 'tp.real > 1', reason: x}]\n",
      "Attribute is not allowed"),
+    ("base: {workload: gpt3-tiny}\naxes: [{product: {tp: [1, 3, two]}}]\n",
+     "product: tp: 'two' is not a valid tp"),
+    ("base: {workload: gpt3-tiny}\naxes: [{zip: {tp: [1, 2], pp: [1, 0]}}]\n",
+     "zip: pp: 0 is not a valid pp"),
+    ("base: {workload: gpt3-tiny}\naxes: [{points: [{tp: 2}, {launcher: ssh}]}]\n",
+     "points: launcher: 'ssh' is not a valid launcher"),
 ])
 def test_bad_sweep_files_are_refused(tmp_path, body, message):
     f = tmp_path / "bad.yaml"
@@ -134,12 +140,19 @@ def test_bad_sweep_files_are_refused(tmp_path, body, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_bad_sweep_file_exits_2_with_one_line(cli, tmp_path):
+@pytest.mark.parametrize("body, needle", [
+    ("base: {workload: gpt3-tiny}\nrepeat: 3\n", "repeat"),
+    ("base: {workload: gpt3-tiny}\naxes: [{product: {tp: [1, 3, \"two\"]}}]\n", "'two'"),
+])
+def test_bad_sweep_file_exits_2_with_one_line(cli, tmp_path, body, needle):
+    """Whether or not --dry-run: refused when loaded, not a point skipped with exit 0."""
     f = tmp_path / "bad.yaml"
-    f.write_text("base: {workload: gpt3-tiny}\nrepeat: 3\n")
-    r = cli("sweep", str(f), "--dry-run")
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.count("\n") == 1 and "repeat" in r.stderr
+    f.write_text(body)
+    for flag in (["--dry-run"], []):
+        r = cli("sweep", str(f), *flag, "--out", str(tmp_path / "out"))
+        assert r.returncode == 2 and r.stdout == ""
+        assert r.stderr.count("\n") == 1 and needle in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.timeout(180)
@@ -221,6 +234,16 @@ def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
         f.write(" ")  # the checksum no longer matches
     unknown = sorted(before)[0]  # its recorded settings are unreadable: it must run again
     (folder / unknown / "request.json").write_text("{not json")
+    dry = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume",
+              "--dry-run", "--json")
+    assert dry.returncode == 0, why_failed(dry)
+    resume = {p["id"]: p["resume"] for p in json.loads(dry.stdout)["points"]}
+    assert resume == {name: "to run" if name in ("003-tp2-mb1", unknown) else "done (ok, kept)"
+                      for name in before}
+    dry = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume",
+              "--dry-run")
+    assert "4 valid (2 done, kept by --resume)" in dry.stdout
+    assert dry.stdout.count("valid: done (ok, kept)") == 2, dry.stdout
     r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent), "--resume")
     assert r.returncode == 0, why_failed(r)
     assert r.stderr.count("kept (ok, bundle verifies)") == 2

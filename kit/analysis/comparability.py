@@ -5,16 +5,17 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
 * ``unverified``: a bundle that failed verification, used only because of
   ``--allow-unverified``: its files may have been edited since the run wrote them.
 * ``workload``: different architectures (the fields that differ are named), or different
-  workload names of one architecture.
+  workload names of one architecture (fabric benchmarks, which train none, left out).
 * ``scaled``: a workload scaled down by a platform rule: the original, the rule's changes and
   its reason, as the manifest records them.
 * ``platform``: different platforms (MFU is then against each platform's own peak), or one
   platform name over different devices (the inventories' GPU models).
-* ``engine``: different training engines (megatron-core, DeepSpeed), with their versions.
+* ``engine``: different training engines (megatron-core, DeepSpeed), with their versions;
+  fabric benchmarks, which train nothing, are left out.
 * ``software``: one engine in different versions, or different torch, CUDA/ROCm or driver
   versions.
 * ``precision``, ``batch``, ``sequence``: different dtype, micro or global batch, or sequence
-  length.
+  length (fabric benchmarks have no batch: left out).
 * ``telemetry``: energy from a hardware counter in some runs and from integrated power in
   others, or power from different backends.
 * ``schema``: different bundle schema versions.
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kit.analysis.labels import is_fabric
 from kit.analysis.text import shorten
 from kit.bundle.reader import Bundle
 
@@ -251,20 +253,21 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
         return f"{p['name']} ({p.get('device_name')}, " + (
             f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
 
+    trained = [b for b in bundles if not is_fabric(b.manifest.config)]  # fabric: no engine, batch
     return [
         *_projected_checks(bundles),
         *_unverified_checks(bundles),
-        *_workload_checks(bundles),
+        *_workload_checks(trained),
         *_differs("platform", "platforms, MFU is against each one's own peak", bundles,
                   platform),
         *[c for name, same in _by_value(bundles, lambda b: b.manifest.platform["name"]).items()
           for c in _differs("platform", f"devices under platform {name}", same, _devices)],
-        *_differs("engine", "engines", bundles,
+        *_differs("engine", "engines", trained,
                   lambda b: b.manifest.config.get("engine", "megatron")),
         *_software_checks(bundles),
         *_differs("precision", "precision", bundles, config("dtype")),
-        *_differs("batch", "global batch", bundles, config("global_batch_size")),
-        *_differs("batch", "micro-batch", bundles, config("micro_batch_size")),
+        *_differs("batch", "global batch", trained, config("global_batch_size")),
+        *_differs("batch", "micro-batch", trained, config("micro_batch_size")),
         *_differs("sequence", "sequence length", bundles,
                   lambda b: b.manifest.workload.get("seq_length")),
         *_differs("telemetry", "energy sources", bundles, energy_source),

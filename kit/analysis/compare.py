@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from kit.analysis.comparability import Check, comparability_checks
+from kit.analysis.host import CPU_UTIL, HOST_MEM, host_figures
 from kit.analysis.inputs import expand_inputs
 from kit.analysis.labels import configuration_parts, layout_label, split_shared
 from kit.bundle.reader import Bundle
@@ -42,7 +43,8 @@ class MetricRow:
 
     key: str
     """Stable name: a summary key, or ``power.<key>`` / ``throttle_frac_by_reason.<reason>`` /
-    ``stragglers.<key>`` (kit.analysis.stragglers: the rank that held its stage up longest)."""
+    ``stragglers.<key>`` (kit.analysis.stragglers: the rank that held its stage up longest) /
+    ``host.<key>`` (kit.analysis.host: from telemetry.parquet's host rows)."""
     label: str
     unit: str
     """Unit of the value; ``fraction`` is 0..1 (tables show it as a percentage)."""
@@ -66,6 +68,8 @@ METRICS: tuple[MetricRow, ...] = (
     *(MetricRow(f"throttle_frac_by_reason.{r}", f"throttled, {r}", "fraction", "difference")
       for r in THROTTLE_BITS),
     MetricRow("mem_peak_gib", "peak memory", "GiB"),
+    MetricRow(f"host.{CPU_UTIL}", "host CPU busy, mean", "%", "difference"),
+    MetricRow(f"host.{HOST_MEM}", "host memory used, peak", "GiB"),
     MetricRow("stragglers.slowest_frac", "slowest rank: share of steps", "fraction"),
     MetricRow("stragglers.lag_s_median", "median straggler lag", "s"),
     MetricRow("stragglers.lag_frac_median", "straggler lag / others' compute", "fraction"),
@@ -83,6 +87,8 @@ def metric_value(bundle: Bundle, key: str) -> float | None:
         value = by_reason.get(key.split(".", 1)[1])
     elif key.startswith("stragglers."):
         value = metrics.stragglers.get(key.removeprefix("stragglers."))
+    elif key.startswith("host."):  # from telemetry.parquet's host rows (kit.analysis.host)
+        value = host_figures(bundle)[key.removeprefix("host.")]
     else:
         value = metrics.summary.get(key)
     return float(value) if isinstance(value, int | float) else None

@@ -38,6 +38,11 @@ _UNITS = {"C": "°C"}
 """How a unit is written for people, where it differs from its key."""
 
 
+ESTIMATED = frozenset({"mem_peak_gib"})
+"""Metrics a projection takes from kit.plan's estimate, not from its model of measured time."""
+ESTIMATE = " (estimate)"
+
+
 def format_value(value: float | None, unit: str) -> str:
     """One value for people: fractions as percent, 4 significant digits, ``n/a`` for None."""
     if value is None:
@@ -122,7 +127,9 @@ def _group_columns(c: Comparison, i: int, rows: list[MetricRow]) -> list[tuple[s
     g = c.groups[i]
     header = [w for line in g.own for w in _wrap(line)] + (["(baseline)"] if i == c.baseline
                                                              else [])
-    cols = [("\n".join(header), [_cell(g.values[m.key], m.unit) for m in rows])]
+    cols = [("\n".join(header), [_cell(g.values[m.key], m.unit)
+                                 + (ESTIMATE if g.projected and m.key in ESTIMATED else "")
+                                 for m in rows])]
     if c.baseline is not None and i != c.baseline:
         cols.append(("vs baseline", [versus_cell(c, g, m) for m in rows]))
     return cols

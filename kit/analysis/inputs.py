@@ -4,7 +4,8 @@ After ``charllm-kit sweep ... --out results``, ``results/`` holds bundles of sin
 sweep folders (``results/<sweep>/``, with ``sweep.json``, one folder per point and the point's
 bundle inside), so ``compare results/*`` names both. A sweep folder stands for the bundles its
 index records, in the index's order; a point without a bundle (skipped, pending, or an error
-before the run) is left out and said in a note.
+before the run) is left out and said in a note. A folder of bundles (``compare results``, the
+``--out`` of runs) stands for the bundles and sweep folders directly in it, in name order.
 """
 
 from dataclasses import dataclass, field
@@ -25,14 +26,28 @@ class Inputs:
 def expand_inputs(paths: list[str | Path]) -> Inputs:
     """Replace each sweep folder in ``paths`` by its bundles; other paths stay as given.
 
+    A folder that is neither a bundle nor a sweep folder stands for the bundles and sweep
+    folders directly in it (staging folders, which start with a dot, left out).
+
     Raises:
-        KitInputError: A sweep folder whose index is unreadable, or one with no bundle yet.
+        KitInputError: A sweep folder whose index is unreadable, or one with no bundle yet; a
+            folder with neither a bundle nor a sweep folder in it.
     """
     out = Inputs()
     for p in paths:
         sweep = read_sweep_folder(p)
         if sweep is None:
-            out.bundles.append(Path(p))
+            held = _held(Path(p))
+            if held is None:
+                out.bundles.append(Path(p))
+                continue
+            if not held:
+                raise KitInputError(f"{p} is neither a bundle nor a folder of bundles (no "
+                                    f"manifest.json in it or in a folder directly under it)")
+            inner = expand_inputs(held)
+            out.bundles += inner.bundles
+            out.notes += [f"folder {p}: its {len(held)} bundles and sweep folders used "
+                          f"(as {Path(p) / '*'})", *inner.notes]
             continue
         if not sweep.bundles:
             raise KitInputError(f"{sweep.describe()}: none of its points has a bundle yet; "
@@ -44,3 +59,13 @@ def expand_inputs(paths: list[str | Path]) -> Inputs:
             out.notes.append(f"sweep folder {sweep.path}: {used} bundle{'s' if used > 1 else ''} "
                              f"used; no bundle for {', '.join(missing)}")
     return out
+
+
+def _held(path: Path) -> list[Path] | None:
+    """The bundles and sweep folders directly in ``path``, when it is a folder but no bundle
+    (None: a bundle, or not a folder, read as given)."""
+    if not path.is_dir() or (path / "manifest.json").exists():
+        return None
+    return [c for c in sorted(path.iterdir())
+            if c.is_dir() and not c.name.startswith(".")
+            and ((c / "manifest.json").is_file() or read_sweep_folder(c) is not None)]

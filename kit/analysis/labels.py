@@ -19,13 +19,21 @@ from typing import Any
 from kit.bundle.schema import Manifest
 
 
+def is_fabric(config: dict[str, Any]) -> bool:
+    """Whether a resolved config is a ``fabric`` benchmark's (collectives, no training)."""
+    return (config.get("workload") or {}).get("family") == "fabric"
+
+
 def layout_parts(config: dict[str, Any]) -> list[str]:
-    """Engine, parallel layout, optimizations and batch of a resolved config, as tokens.
+    """Engine, parallel layout, optimizations and batch of a resolved config, as tokens
+    (``collectives`` for a fabric benchmark, which trains nothing).
 
     Megatron names TP and PP always (the study's axes); DeepSpeed, which has no tensor
     parallelism, names its ZeRO stage first and PP only when pipelined. Other degrees appear
     when they are not 1.
     """
+    if is_fabric(config):  # a collective benchmark: no engine trains, no batch
+        return ["collectives"]
     p, optim = config["parallel"], config.get("optim") or {}
     engine = config.get("engine", "megatron")
     parts = [engine]

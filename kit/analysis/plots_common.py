@@ -43,6 +43,29 @@ def colors(n: int) -> list[Any]:
     return [cmap(i if n <= 10 else i / max(n - 1, 1)) for i in range(n)]
 
 
+def category_colors() -> dict[str, Any]:
+    """One colour per kernel category (compute, collective, idle) for every figure of a report,
+    so MatMul is the same colour in each; idle is grey."""
+    from matplotlib import colormaps
+
+    from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE
+
+    cmap = colormaps["tab20"]  # its strong colours first, then their light pairs; no greys
+    order = [i for i in (*range(0, 20, 2), *range(1, 20, 2)) if i not in (14, 15)]
+    palette: dict[str, Any] = {cat: cmap(order[i])
+                               for i, cat in enumerate((*COMPUTE, *COLLECTIVES))}
+    palette[IDLE] = (0.8, 0.8, 0.8, 1.0)
+    return palette
+
+
+def percent_axis(axis: Any) -> None:
+    """Ticks of shares (0..1) as percentages with as many decimals as the range needs, so a
+    0-1.3% axis reads 0.0%, 0.2%, ... rather than 0%, 0%, 1%, 1%."""
+    from matplotlib.ticker import PercentFormatter
+
+    axis.set_major_formatter(PercentFormatter(xmax=1.0))
+
+
 def warmup_factor(axis: TimeAxis) -> float | None:
     """How much the warmup part of the axis is squeezed (0..1), or None when it is not."""
     if axis.measured is None:

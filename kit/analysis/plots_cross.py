@@ -15,7 +15,14 @@ from matplotlib.figure import Figure
 from kit.analysis.compare import Comparison, Group
 from kit.analysis.compare_format import format_value
 from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
-from kit.analysis.plots_common import STATUS_COLOR, colors, legend_outside, share_bars
+from kit.analysis.plots_common import (
+    STATUS_COLOR,
+    category_colors,
+    colors,
+    legend_outside,
+    percent_axis,
+    share_bars,
+)
 from kit.analysis.run_view import RunView
 from kit.bundle.reader import Bundle
 
@@ -83,7 +90,7 @@ def configuration_bars(c: Comparison) -> Figure:
         ax.grid(axis="x", alpha=0.3, lw=0.5)
         ax.tick_params(axis="x", labelsize=7.5)
     axes[0].set_yticks(range(len(groups)), [_name(c, g) for g in groups], fontsize=8)
-    axes[0].invert_yaxis()
+    axes[0].set_ylim(len(groups) - 0.5, -0.5)  # rows top-down, each a full row from the axis
     runs = sum(len(g.bundles) for g in groups)
     fig.suptitle(f"Per configuration: median over repeats (whiskers: min..max), {runs} runs",
                  fontsize=10)
@@ -331,8 +338,7 @@ def stage_breakdown(c: Comparison) -> Figure | None:
     if not rows:
         return None
     cats = [k for k in (*COMPUTE, *COLLECTIVES, IDLE) if any(k in s for _, s in rows)]
-    palette = dict(zip(cats, colors(len(cats)), strict=True))
-    palette[IDLE] = (0.8, 0.8, 0.8, 1.0)
+    palette = category_colors()
     fig = Figure(figsize=(12, 1.6 + 0.5 * len(rows)), layout="constrained")
     ax = fig.add_subplot()
     share_bars(ax, rows, cats, palette,
@@ -376,7 +382,7 @@ def exposed_communication(c: Comparison) -> Figure | None:
     if not rows:
         return None
     cats = [k for k in COLLECTIVES if any(k in r[1] or k in r[2] for r in rows)]
-    palette = dict(zip(cats, colors(len(cats)), strict=True))
+    palette = category_colors()
     fig = Figure(figsize=(12, 1.6 + 0.38 * len(rows)), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     for ax, part, label in zip(axes, (1, 2), ("exposed: nothing computed meanwhile",
@@ -392,7 +398,7 @@ def exposed_communication(c: Comparison) -> Figure | None:
                     left += share
             ax.text(left, i, f" {left:.1%}", va="center", fontsize=7)
         ax.set_xlim(0, max(top * 1.3, 0.01))
-        ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+        percent_axis(ax.xaxis)
         ax.set_title(label, fontsize=9)
         ax.grid(axis="x", alpha=0.3, lw=0.5)
     axes[0].set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7.5)

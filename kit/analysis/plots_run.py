@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from kit.analysis.labels import rank_device
 from kit.analysis.plots_common import (
     STATUS_COLOR,
+    category_colors,
     colors,
     legend_outside,
     mark_steps,
@@ -242,7 +243,7 @@ def kernel_breakdown(times: dict[str, dict[str, float]], view: RunView) -> Figur
     if not times:
         return None
     cats = [c for c, _ in CATEGORIES] + [OTHER]
-    palette = dict(zip(cats, colors(len(cats)), strict=True))
+    palette = category_colors()
     ranks = {r.rank: r for r in view.bundle.manifest.ranks}
     fig = Figure(figsize=(11, 1.9 + 0.5 * len(times)), layout="constrained")
     ax = fig.add_subplot()

@@ -52,7 +52,10 @@ def _write_archive(root: Path, dest: Path) -> None:
     created = bundle.manifest.created_utc.replace("Z", "+00:00")
     mtime = int(datetime.fromisoformat(created).timestamp())
     dirs = {str(p) for f in files for p in PurePosixPath(f).parents if str(p) != "."}
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as e:  # the archive asked for, not the hidden temp file, is what failed
+        raise OSError(e.errno, e.strerror, str(dest)) from None
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
@@ -70,6 +73,8 @@ def _write_archive(root: Path, dest: Path) -> None:
                         tar.addfile(_tarinfo(name, mtime, path.stat().st_size), f)
         os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it: mkstemp's 0600 would
         os.replace(tmp, dest)              # keep colleagues from the archive meant for them
+    except OSError as e:  # e.g. no space left while writing: say which archive
+        raise OSError(e.errno, e.strerror, str(dest)) from None
     finally:
         tmp.unlink(missing_ok=True)
 

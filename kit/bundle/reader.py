@@ -169,7 +169,9 @@ _CORRUPT = (OSError, pa.ArrowException, ValueError, IndexError, OverflowError, M
 
 
 def _unreadable(root: Path, name: str, err: Exception) -> BundleError:
-    return BundleError(f"bundle {root}: {name} is not readable parquet ({type(err).__name__})")
+    why = (str(err).strip().splitlines() or [""])[0][:160]
+    return BundleError(f"bundle {root}: {name} is not readable parquet ({type(err).__name__}"
+                       + (f": {why})" if why else ")"))
 
 
 def check_parquet(root: Path, name: str, expected: pa.Schema) -> pq.FileMetaData:

@@ -8,6 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from kit.analysis.host import host_figures
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS
 from kit.neutralize import terminal_safe
@@ -89,7 +90,8 @@ def format_bundle(bundle: Bundle) -> str:
         bundle: A bundle from :func:`kit.bundle.reader.read_bundle`.
 
     Returns:
-        A few ``key  value`` lines, a blank line, then a metric/value table, and with several
+        A few ``key  value`` lines, a blank line, then a metric/value table (the summary's
+        keys, then the host's CPU and memory figures, kit.analysis.host), and with several
         pipeline stages or timed phases a table per stage.
     """
     manifest, summary = bundle.manifest, bundle.metrics.summary
@@ -103,6 +105,8 @@ def format_bundle(bundle: Bundle) -> str:
         ("world size", _value("world_size", summary["world_size"])),
     ]
     metrics = [(key, _value(key, summary[key])) for key in SUMMARY_KEYS]
+    metrics += [(f"host_{key}", _value(key, value))  # telemetry's host rows (a CPU host: all
+                for key, value in host_figures(bundle).items()]  # there is besides the steps)
     shown = [(key, terminal_safe(str(value))) for key, value in rows]  # a bundle's own words
     parts = [
         tabulate(shown, tablefmt="plain", disable_numparse=True),

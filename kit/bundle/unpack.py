@@ -222,7 +222,11 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], index: Archiv
         tar.extractall(staging, members=members, **_DATA_FILTER)
         bundle = staging / index.bundle_id
         _check_pinned(bundle, index, archive)
-        verify_bundle(bundle)
+        try:
+            verify_bundle(bundle)
+        except BundleError as e:  # named by the archive: the staging folder is gone by now
+            why = str(e).replace(f"bundle {bundle}: ", "").replace(str(bundle), index.bundle_id)
+            _refuse(archive, f"bundle {index.bundle_id} fails verification: {why}")
         os.rename(bundle, dest / index.bundle_id)
         created = False
     finally:

@@ -66,7 +66,8 @@ def resolve_fabric(req: FabricRequest) -> RunConfig:
 
 
 def run_fabric(cfg: RunConfig, req: FabricRequest, out: Path,
-               command: list[str]) -> SessionResult | None:
+               command: list[str], ends_process: bool = False) -> SessionResult | None:
     """Run the benchmark of ``cfg`` with telemetry through its launcher; node 0 publishes the
-    bundle under ``out`` (None: a node other than 0 that node 0 did not tell how it ended)."""
-    return launch_run(cfg, req, out, command, worker=WORKER)
+    bundle under ``out`` (None: a node other than 0 that node 0 did not tell how it ended);
+    ``ends_process`` as :func:`kit.launch.launchers.launch_run` takes it."""
+    return launch_run(cfg, req, out, command, worker=WORKER, ends_process=ends_process)

@@ -19,7 +19,7 @@ class NodePlace(Protocol):
 
 
 def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
-               worker: str = WORKER) -> SessionResult | None:
+               worker: str = WORKER, ends_process: bool = False) -> SessionResult | None:
     """Run ``cfg`` with the launcher it names and return how it ended.
 
     The platform's ``env`` is set first where the environment does not set it, so every rank
@@ -31,6 +31,10 @@ def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
     srun's code (kit.launch.slurm), and in each srun task is that node's agent. None: a node
     other than 0 that node 0 did not tell how the run ended.
 
+    ``ends_process``: the process exits once this run is said (a CLI command, not a sweep):
+    SIGINT/SIGTERM stay counted from staging on and are ignored after publication, so a late
+    stop request cannot change its exit code (kit.launch.signals).
+
     Raises:
         KitInputError: Missing or bad node options, a node that did not join, an output folder
             that is not shared.
@@ -40,18 +44,18 @@ def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
     if cfg.launcher == "local":
         from kit.launch.session import run_session
 
-        return run_session(cfg, out, command, worker=worker)
+        return run_session(cfg, out, command, worker=worker, ends_process=ends_process)
     from kit.launch.node_session import run_node_session
 
     if cfg.launcher == "slurm":
         from kit.launch import slurm
 
         if os.environ.get(slurm.AGENT_ENV) != "1":  # the command itself: start the agents
-            sys.exit(slurm.start_agents(cfg.nodes, command))
+            sys.exit(slurm.start_agents(cfg.nodes, command))  # signals ignored from srun's end
         role = slurm.slurm_role(cfg.nodes, place.rdzv_timeout)
     else:
         from kit.launch.rendezvous import torchrun_role
 
         role = torchrun_role(place.node_rank, cfg.nodes, place.rdzv_endpoint,
                              place.rdzv_timeout)
-    return run_node_session(cfg, out, command, role, worker)
+    return run_node_session(cfg, out, command, role, worker, ends_process)

@@ -140,10 +140,11 @@ def _exits(outcome: LaunchOutcome) -> dict[int, list[object]]:
 
 
 def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRole,
-                     worker: str = WORKER) -> SessionResult | None:
+                     worker: str = WORKER, ends_process: bool = False) -> SessionResult | None:
     """Run this node's part of ``cfg``; node 0 publishes the bundle and returns it.
 
     ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
+    ``ends_process``: SIGINT/SIGTERM stay ignored once the node is done (kit.launch.signals).
 
     Returns:
         The published run on node 0; on other nodes how node 0 said the run ended (None when
@@ -157,7 +158,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
     cache = compile_cache.prepare()  # each node's ranks inherit their node's cache
     try:
         warm_imports()
-        with SignalCounter() as interrupts:
+        with SignalCounter(final=ends_process) as interrupts:
             staging = _open_staging(cfg, out, command, link)
             _agent_log(staging, role.node)
             log.info("node %d of %d joined the rendezvous at %s", role.node, role.nodes,

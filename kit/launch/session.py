@@ -4,8 +4,9 @@ Order: staging directory -> telemetry sampler (own process) -> ranks -> sampler 
 bundle assembled and published (kit.bundle.assemble). From staging to publication SIGINT and
 SIGTERM only count (kit.launch.signals), so whatever happens after staging exists (a rank
 failure, a dead sampler, Ctrl-C, a job's end) a bundle is published whose manifest says how the
-run ended. Only a launcher killed outright leaves its staging folder, with everything streamed
-so far, for ``bundle recover``.
+run ended; a CLI run then ignores them until it exits, so its exit code is the run's. Only a
+launcher killed outright leaves its staging folder, with everything streamed so far, for
+``bundle recover``.
 """
 
 import contextlib
@@ -226,10 +227,11 @@ def warm_imports() -> None:
 
 
 def run_session(cfg: RunConfig, out: Path, command: list[str],
-                worker: str = WORKER) -> SessionResult:
+                worker: str = WORKER, ends_process: bool = False) -> SessionResult:
     """Launch ``cfg``, sample telemetry, and publish its bundle under ``out``.
 
     ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
+    ``ends_process``: SIGINT/SIGTERM stay ignored after publication (kit.launch.signals).
 
     Raises:
         RunNotPublished: The bundle could not be written (e.g. no space left); the staging
@@ -237,7 +239,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
     """
     marks = launcher_marks()
     cache = compile_cache.prepare()  # before the ranks start: they inherit its environment
-    with SignalCounter() as interrupts:
+    with SignalCounter(final=ends_process) as interrupts:
         staging = BundleStaging(out, new_bundle_id(cfg.workload.name, cfg.platform.name))
         write_launcher_record(staging.path, command, [])
         write_config(staging.path, cfg)

@@ -8,6 +8,11 @@ stops the ranks at a step boundary, a later one cuts the wait short, and assembl
 A SIGTERM that repeats a SIGTERM within :data:`DUPLICATE_S` is the same request delivered twice
 (under Slurm, ``scancel`` signals the task directly and ``srun`` forwards it again), so it does
 not cut the ranks' step-boundary stop short; a Ctrl-C, or a SIGTERM later than that, does.
+
+Once the bundle is published a stop request has nothing left to stop: the command that ran it
+keeps counting signals while it prints the result and, on leaving, ignores them until the
+process ends (:class:`SignalCounter` with ``final=True``), so its exit code is decided once and
+does not depend on when a late signal lands.
 """
 
 import signal
@@ -28,7 +33,10 @@ class SignalCounter:
         first_t: Unix time of the first signal, or None.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, final: bool = False) -> None:
+        """``final``: on leaving, ignore SIGINT/SIGTERM for the rest of the process instead of
+        restoring the handlers found on entry (no moment where a default handler can end it)."""
+        self.final = final
         self.count = 0
         self.received = 0
         self.first: str | None = None
@@ -43,7 +51,7 @@ class SignalCounter:
 
     def __exit__(self, *exc: object) -> None:
         for s, h in self._old.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if self.final else h)
 
     def _handle(self, signum: int, frame: object) -> None:
         now = time.monotonic()

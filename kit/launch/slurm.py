@@ -87,7 +87,7 @@ def start_agents(nodes: int, argv: list[str]) -> int:
 
     cmd = [*srun_agents(nodes), f"--export=ALL,{AGENT_ENV}=1",
            sys.executable, "-m", "kit", *argv[1:]]
-    with SignalCounter():
+    with SignalCounter(final=True):  # the command exits with srun's code, whatever comes later
         return subprocess.run(cmd).returncode
 
 

@@ -179,6 +179,15 @@ def projected_bundle(path: str | Path) -> Bundle:
     return Bundle(path=Path(path), manifest=manifest, metrics=metrics, projection=proj)
 
 
+def memory_estimate_text(proj: ProjectionFile) -> str:
+    """The memory estimate as ``run --dry-run`` gives it: the peak stage's total per device,
+    framework overhead included (a projection file without ``total_gib`` predates it)."""
+    total = proj.memory.get("total_gib")
+    if total is None:
+        return f"{proj.memory['allocated_gib']:.4g} GiB (tensors only)"
+    return f"{total:.4g} GiB"
+
+
 def projection_facts(proj: ProjectionFile) -> list[tuple[str, str]]:
     """What a report shows of a projection in place of a run's figures: that it is one, its
     inputs, intervals, model parts and assumptions."""
@@ -190,7 +199,7 @@ def projection_facts(proj: ProjectionFile) -> list[tuple[str, str]]:
                for k, v in proj.interval.items()),
              ("micro-batches per step", str(step.get("micro_batches"))),
              ("pipeline bubble (analytical)", "none" if bubble is None else f"{bubble:.1%}"),
-             ("memory (estimate)", f"{proj.memory['allocated_gib']:.4g} GiB per device"),
+             ("memory (estimate)", f"{memory_estimate_text(proj)} per device"),
              *(("assumption", a) for a in proj.assumptions),
              *(("note", n) for n in proj.notes)]
     return facts

@@ -246,7 +246,7 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     step = StepModel(step_s, step.pipeline_s, step.bubble_s, step.bubble_frac_analytical,
                      step.stages, step.collectives)
     power = project_power(chosen, inputs.comm_power_w, cfg, step)
-    mem_gib = max(s.allocated_bytes for s in plan.memory.stages) / GIB
+    mem_gib = plan.memory.peak.total_bytes / GIB  # run --dry-run's "total per device"
     summary, interval = _summary(cfg, step_s, power, mem_gib)
     given = {Path(p).resolve(): str(p) for p in paths}
     from kit.bundle.assemble import _git_commit
@@ -265,7 +265,8 @@ def project(paths: list[str | Path], target: ProjectionTarget,
         power=None if power is None else {"compute_w": power.phases.compute_w,
                                           "comm_w": power.phases.comm_w,
                                           "idle_w": power.phases.idle_w},
-        memory={"allocated_gib": mem_gib, "fits": plan.memory.fits, "refusal": plan.refusal},
+        memory={"total_gib": mem_gib, "allocated_gib": plan.memory.peak.allocated_bytes / GIB,
+                "fits": plan.memory.fits, "refusal": plan.refusal},
         assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed),
         notes=[f"layout {layout_label(cfg.model_dump(mode='json'))}"]
         + ([f"predicted not to fit: {plan.refusal}"] if plan.refusal else []))

@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from kit.analysis.compare_format import format_value
-from kit.project.file import SUFFIX, ProjectionFile, write_projection
+from kit.project.file import SUFFIX, ProjectionFile, memory_estimate_text, write_projection
 from kit.project.model import project
 from kit.project.request import ProjectionTarget
 
@@ -47,7 +47,7 @@ def projection_text(p: ProjectionFile) -> str:
     rows = [(label, _cell(p, key, unit)) for key, label, unit in _SHOWN]
     peak = p.summary.get("power_w_peak")
     rows += [("peak power per device", "n/a" if peak is None else f"{peak:.4g} (as measured)"),
-             ("memory per device (estimate)", f"{p.memory['allocated_gib']:.4g} GiB"),
+             ("memory per device (estimate)", memory_estimate_text(p)),
              ("world size", str(p.summary["world_size"]))]
     parts = ["PROJECTED (a model's figures, not a measurement): point [low..high]",
              tabulate(rows, headers=("figure", "projected"), disable_numparse=True)]

@@ -54,6 +54,21 @@ def _bundles_in(point_dir: Path) -> list[Path]:
                   if p.is_dir() and not p.name.startswith(".") and p.name != SUPERSEDED_DIR)
 
 
+def kept_points(plan: list[PlannedPoint], folder: Path) -> dict[str, str]:
+    """The valid points ``--resume`` would keep in sweep ``folder``, with their bundles' status.
+
+    Raises:
+        KitInputError: A point folder was run with other settings (:func:`earlier_bundle`).
+    """
+    kept = {}
+    for p in plan:
+        if p.valid and p.request is not None:
+            bundle = earlier_bundle(folder / p.id, p.request.model_dump(mode="json"))
+            if bundle is not None:
+                kept[p.id] = bundle.manifest.status
+    return kept
+
+
 def earlier_bundle(point_dir: Path, request_json: dict) -> Bundle | None:
     """The bundle ``--resume`` keeps for a point: its newest, if it verifies and ran to an end.
 

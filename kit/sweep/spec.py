@@ -1,16 +1,26 @@
 """The sweep file: a base run, the axes of the grid, and the constraints that skip points.
 
 Field names in ``base``, the axes and the constraints are :class:`kit.spec.resolve.RunRequest`
-fields, checked when the file loads; a field added to ``RunRequest`` (a new ``run`` option)
-works in sweeps with no change here.
+fields, checked when the file loads, and so is every axis value against its field's type and
+bounds (``tp: [1, 3, "two"]`` refuses the file rather than skip a point); a field added to
+``RunRequest`` (a new ``run`` option) works in sweeps with no change here.
 """
 
 import ast
+import functools
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from kit.spec.loader import load_yaml_model
 from kit.spec.resolve import RunRequest
@@ -24,6 +34,23 @@ def _check_fields(names: set[str] | dict[str, Any], where: str) -> None:
     if unknown:
         raise ValueError(f"{where}: unknown run field(s) {unknown}; "
                          f"known: {sorted(REQUEST_FIELDS)}")
+
+
+@functools.cache
+def _field_type(name: str) -> TypeAdapter[Any]:
+    """The type and bounds of RunRequest's field ``name``, as `run` checks an option."""
+    info = RunRequest.model_fields[name]
+    return TypeAdapter(Annotated[info.annotation, info])
+
+
+def _check_values(values: dict[str, Any], where: str) -> None:
+    """Each ``field: value`` a valid value of that run field (names already checked)."""
+    for name, value in values.items():
+        try:
+            _field_type(name).validate_python(value)
+        except ValidationError as e:
+            why = e.errors()[0]["msg"]
+            raise ValueError(f"{where}: {name}: {value!r} is not a valid {name} ({why})") from None
 
 
 class Axis(BaseModel):
@@ -56,10 +83,14 @@ class Axis(BaseModel):
         if form == "points":
             for p in value:
                 _check_fields(p, "points")
+                _check_values(p, "points")
         else:
             _check_fields(value, form)
             if any(not v for v in value.values()):
                 raise ValueError(f"{form}: every field needs at least one value")
+            for name, options in value.items():
+                for option in options:
+                    _check_values({name: option}, form)
             if form == "zip" and len({len(v) for v in value.values()}) != 1:
                 raise ValueError("zip: lists must have the same length")
         return self
@@ -136,7 +167,7 @@ class SweepSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_base(self) -> "SweepSpec":
-        _check_fields(self.base, "base")
+        _check_fields(self.base, "base")  # its values: checked as one request (kit.sweep.plan)
         return self
 
     def points(self) -> list[dict[str, Any]]:

@@ -37,14 +37,29 @@ def _submit_cell(job: PlannedJob | None) -> str:
     return f"sbatch {job.name}, {job.nodes} node(s) -> {job.point_dir}/"
 
 
-def plan_table(plan: list[PlannedPoint], jobs: dict[str, PlannedJob] | None = None) -> str:
+def resume_verdict(plan: list[PlannedPoint], kept: dict[str, str] | None) -> dict[str, str]:
+    """What ``--resume`` would do with each valid point: ``done (STATUS, kept)`` for a point
+    whose bundle it keeps (``kept``: id -> that bundle's status), else ``to run``."""
+    if kept is None:
+        return {}
+    return {p.id: f"done ({kept[p.id]}, kept)" if p.id in kept else "to run"
+            for p in plan if p.valid}
+
+
+def plan_table(plan: list[PlannedPoint], jobs: dict[str, PlannedJob] | None = None,
+               kept: dict[str, str] | None = None) -> str:
     """One row per point: valid or skipped, estimated memory per device, and the reason; with
-    ``jobs`` (``--launcher slurm``), the Slurm job each valid point would be submitted as."""
+    ``jobs`` (``--launcher slurm``), the Slurm job each valid point would be submitted as; with
+    ``kept`` (``--resume``: id -> status of the bundle it keeps), which points are done."""
     rows = []
+    resume = resume_verdict(plan, kept)
     for p in plan:
         mem = (f"{p.memory.required_bytes / GIB:.1f} / {p.memory.capacity_bytes / GIB:.0f}"
                if p.memory is not None and p.memory.capacity_bytes else "")
-        row = [p.id, "valid" if p.valid else "skipped", mem, p.skip_reason or ""]
+        verdict = "valid" if p.valid else "skipped"
+        if p.id in resume:
+            verdict += f": {resume[p.id]}"
+        row = [p.id, verdict, mem, p.skip_reason or ""]
         rows.append(row if jobs is None else [*row[:3], _submit_cell(jobs.get(p.id)), row[3]])
     headers = ["point", "verdict", "memory GiB (need / have)", "reason"]
     widths: list[int | None] = [None, None, None, _REASON_WIDTH]
@@ -53,19 +68,23 @@ def plan_table(plan: list[PlannedPoint], jobs: dict[str, PlannedJob] | None = No
         widths.insert(3, None)
     valid = sum(p.valid for p in plan)
     table = tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=widths)
-    return f"{table}\n{len(plan)} points: {valid} valid, {len(plan) - valid} skipped"
+    done = (f" ({sum(v != 'to run' for v in resume.values())} done, kept by --resume)"
+            if kept is not None else "")
+    return f"{table}\n{len(plan)} points: {valid} valid{done}, {len(plan) - valid} skipped"
 
 
-def plan_json(name: str, plan: list[PlannedPoint],
-              jobs: dict[str, PlannedJob] | None) -> dict[str, Any]:
-    """The dry-run plan as data: every point's verdict, memory estimate and, with ``jobs``,
-    the job it would be submitted as (name, nodes, folder, the sbatch script itself)."""
+def plan_json(name: str, plan: list[PlannedPoint], jobs: dict[str, PlannedJob] | None,
+              kept: dict[str, str] | None = None) -> dict[str, Any]:
+    """The dry-run plan as data: every point's verdict, memory estimate, with ``jobs`` the job
+    it would be submitted as (name, nodes, folder, the sbatch script itself), and with ``kept``
+    (``--resume``) what resuming does with it (``resume``: null for a skipped point)."""
     points = []
+    resume = resume_verdict(plan, kept)
     for p in plan:
         job = (jobs or {}).get(p.id)
         points.append({
             "id": p.id, "values": p.values, "verdict": "valid" if p.valid else "skipped",
-            "reason": p.skip_reason,
+            "reason": p.skip_reason, "resume": resume.get(p.id),
             "memory": None if p.memory is None else {
                 "required_bytes": p.memory.required_bytes,
                 "capacity_bytes": p.memory.capacity_bytes},

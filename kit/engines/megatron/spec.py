@@ -76,6 +76,7 @@ class MegatronSpec(EngineSpec):
 
         with deferred_torch_compile():  # its fusions' decorators would import inductor now
             import megatron.core  # noqa: F401
+
             from kit.engines.megatron.engine import MegatronEngine
 
         return MegatronEngine()
