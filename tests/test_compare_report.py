@@ -92,7 +92,7 @@ def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
     assert "[sequence] different sequence length: 2048" in checks
     assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
     # five groups do not fit 120 columns: the table is split, each part under 120 characters
-    tables = out.split("\n\n")[1:-1]
+    tables = out.split("all metrics:\n")[1].split("\n\n")
     grids = [t for t in tables if t.startswith("metric ")]
     assert len(grids) >= 2 and all(len(line) <= 120 for t in grids for line in t.splitlines())
     # plain CPU runs measured no power: n/a, never 0; the replayed trace gives a value
@@ -153,7 +153,7 @@ def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
 def test_table_relates_by_ratio_or_difference_and_drops_quiet_throttle_rows(cli):
     r = cli("compare", str(H100), str(H200), "--baseline", str(H100))
     assert r.returncode == 0, why_failed(r)
-    grid = r.stdout.split("\n\n")[1]
+    grid = r.stdout.split("all metrics:\n")[1].split("\n\n")[0]
     rows = {cells[0]: cells[1:] for line in grid.splitlines()
             if len(cells := re.split(r" {2,}", line.strip())) == 4}
     h100, h200 = summary(H100), summary(H200)
@@ -236,7 +236,7 @@ def figure_ids(text: str) -> set[str]:
 def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled, tmp_path):
     out = tmp_path / "r" / "report.html"
     r = cli("report", str(H100), str(H200), str(runs["tp1a"]), str(runs["failed"]),
-            str(profiled), "-o", str(out))
+            str(profiled), "-o", str(out), "--single-file")
     assert r.returncode == 0, why_failed(r)
     assert r.stdout.strip() == str(out.resolve())
     text = out.read_text()
@@ -381,3 +381,33 @@ def test_a_sweep_folder_stands_for_its_bundles(cli, tmp_path):
     assert r.stdout.startswith(f"{results / 'mini'} is a sweep folder (sweep mini: 2 points, "
                                "1 with a bundle), not a bundle")
     assert str(point) in r.stdout and "002-tp3  skipped" in r.stdout
+
+
+MIXTRAL = sorted((REPO / "benchmarks" / "parallel" / "bundles").iterdir())[0]
+
+
+def test_the_ranking_counts_a_copied_bundle_once_and_flags_the_energy_check(cli, tmp_path):
+    copy = shutil.copytree(H100, tmp_path / "elsewhere" / H100.name)
+    r = cli("compare", str(H200), str(H100), str(copy))
+    assert r.returncode == 0, why_failed(r)
+    assert "2 bundles in 2 groups" in r.stdout
+    assert f"[duplicate] {H100.name} is given 2 times" in r.stdout
+    ranking = r.stdout.split("ranking:\n")[1].split("\n\n")[0].splitlines()
+    rows = [line.rstrip() for line in ranking if re.match(r"\d +", line)]
+    # ranked by throughput: the H100 run first, its worst energy disagreement flagged
+    assert [row.split()[0] for row in rows] == ["1", "2"] and " h100 " in rows[0]
+    power = json.loads((H100 / "metrics.json").read_text())["power"]
+    worst = max(abs(power[k]) for k in ("zeus_vs_counter", "counter_vs_integral") if k in power)
+    assert worst > 0.02 and rows[0].endswith(f"{worst * 100:.1f}% !")
+    assert "disagree by more than 2%" in r.stdout
+    assert "Peak power is instantaneous" in r.stdout
+
+
+def test_a_baseline_across_workloads_gets_a_caveat(cli):
+    r = cli("compare", str(H100), str(MIXTRAL), "--baseline", str(H100))
+    assert r.returncode == 0, why_failed(r)
+    assert ("[baseline] the baseline is gpt3-1.3b; ratios to it for mixtral-8x7b-4l compare "
+            "different workloads") in r.stdout
+    ranking = r.stdout.split("ranking:\n")[1].split("\n\n")[0]
+    # each workload is ranked on its own: both runs are first of theirs
+    assert [line.split()[1] for line in ranking.splitlines()[4:]] == ["1", "1"]

@@ -3,7 +3,7 @@
 A report of 100 bundles has some 400 figures, and saving them is most of its time. Each figure
 is a job (a function that builds a ``Figure``, or None when there is nothing to draw); the jobs
 run in a pool of forked processes, one per core the process may use, each returning the PNG
-bytes. Forked workers inherit the jobs and everything they read (bundles, views, scales), so
+bytes. The per-run views the figures draw from are made the same way (:func:`map_forked`). Forked workers inherit the jobs and everything they read (bundles, views, scales), so
 nothing but the PNGs crosses between processes. Where ``fork`` is not available, or there are
 too few jobs to be worth a pool, they run in this process.
 """
@@ -11,17 +11,20 @@ too few jobs to be worth a pool, they run in this process.
 import multiprocessing
 import os
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from matplotlib.figure import Figure
 
 from kit.analysis.plots_common import png_bytes
 
+T = TypeVar("T")
+
 Job = Callable[[], Figure | None]
 _POOL_MIN_JOBS = 4
 """Fewer jobs than this run in this process: starting workers would cost more."""
 
-_jobs: list[Job] = []
-"""The jobs of the pool being run, inherited by its forked workers."""
+_task: Callable[[int], Any] | None = None
+"""The task of the pool being run, inherited by its forked workers."""
 
 
 def cores() -> int:
@@ -32,21 +35,31 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def _render(index: int) -> bytes | None:
-    fig = _jobs[index]()
-    return png_bytes(fig) if fig is not None else None
+def _call(index: int) -> Any:
+    assert _task is not None
+    return _task(index)
+
+
+def map_forked(task: Callable[[int], T], count: int, workers: int | None = None) -> list[T]:
+    """``[task(0), ..., task(count - 1)]``, computed in forked workers (one per core) when
+    there are enough; ``task`` and what it reads are inherited, only results are pickled."""
+    global _task
+    workers = min(workers or cores(), count)
+    if workers < 2 or count < _POOL_MIN_JOBS or (
+            "fork" not in multiprocessing.get_all_start_methods()):
+        return [task(i) for i in range(count)]
+    _task = task
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            return pool.map(_call, range(count), chunksize=1)
+    finally:
+        _task = None
 
 
 def render_all(jobs: list[Job], workers: int | None = None) -> list[bytes | None]:
     """PNG bytes of every job's figure (None where a job draws nothing), in job order."""
-    global _jobs
-    workers = min(workers or cores(), len(jobs))
-    _jobs = jobs
-    try:
-        if workers < 2 or len(jobs) < _POOL_MIN_JOBS or (
-                "fork" not in multiprocessing.get_all_start_methods()):
-            return [_render(i) for i in range(len(jobs))]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return pool.map(_render, range(len(jobs)), chunksize=1)
-    finally:
-        _jobs = []
+    def render(index: int) -> bytes | None:
+        fig = jobs[index]()
+        return png_bytes(fig) if fig is not None else None
+
+    return map_forked(render, len(jobs), workers)

@@ -152,6 +152,14 @@ def _origin(view: RunView) -> float:
     return view.axis.measured[0] if view.axis and view.axis.measured else 0.0
 
 
+def _shown(view: RunView, t: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples inside the view's time axis (its steps and a little around them), with time
+    from the measured phase's start."""
+    assert view.axis is not None
+    keep = (t >= view.axis.lo) & (t <= view.axis.hi)
+    return t[keep] - _origin(view), value[keep]
+
+
 def _summed_rate(view: RunView, fields: tuple[str, str]) -> tuple[np.ndarray, np.ndarray] | None:
     """All GPUs' bytes per second of two cumulative counters together, over time."""
     if view.axis is None:
@@ -168,7 +176,7 @@ def _summed_rate(view: RunView, fields: tuple[str, str]) -> tuple[np.ndarray, np
     if not rates:
         return None
     times, values = held(rates)
-    return times - _origin(view), np.nansum(values, 0)
+    return _shown(view, times, np.nansum(values, 0))
 
 
 def _layouts(c: Comparison, views: dict[str, RunView]) -> list[tuple[str, RunView, Any, str]]:
@@ -244,8 +252,8 @@ def position_timelines(c: Comparison, views: dict[str, RunView]) -> Figure | Non
             for _, view, color, style in layouts:
                 for s in _at(view, getattr(view, attr), slot):
                     if s.node == 0:
-                        ax.plot(s.t - _origin(view), s.value, color=color, ls=style, lw=0.8,
-                                drawstyle="steps-post")
+                        t, value = _shown(view, s.t, s.value)
+                        ax.plot(t, value, color=color, ls=style, lw=0.8, drawstyle="steps-post")
             ax.set_title(f"{slot}{' (assumed)' if assumed else ''}: {label}", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3, lw=0.5)
@@ -273,9 +281,8 @@ def throttle_timelines(c: Comparison, views: dict[str, RunView]) -> Figure | Non
     axes = fig.subplots(len(active), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (name, bit) in zip(axes, active, strict=True):
         for _, view, color, style in layouts:
-            times, share = throttle_steps(view.throttle, bit)
-            ax.plot(times - _origin(view), share * 100, color=color, ls=style, lw=0.9,
-                    drawstyle="steps-post")
+            times, share = _shown(view, *throttle_steps(view.throttle, bit))
+            ax.plot(times, share * 100, color=color, ls=style, lw=0.9, drawstyle="steps-post")
         ax.set_ylabel(f"{name}\n(% of GPUs)", fontsize=8)
         ax.set_ylim(-5, 105)
         ax.grid(alpha=0.3, lw=0.5)

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow.compute as pc
 from tabulate import tabulate
 
+from kit.analysis.comparability import power_source
 from kit.analysis.compare import Aggregate, Comparison, Group, figure_order, metric_value
 from kit.analysis.compare_format import NA, format_value
 from kit.bundle.reader import Bundle
@@ -108,6 +109,9 @@ def window_short(bundle: Bundle) -> bool:
 def instantaneous(bundle: Bundle) -> bool | None:
     """Whether peak power comes from instantaneous samples (``power_w``); None: no power."""
     field = bundle.metrics.power.get("power_field")
+    if field is None:  # bundles written before metrics.json named it: the telemetry source
+        source = power_source(bundle) or ""
+        field = next((f for f in ("power_w", "power_avg_w") if source.endswith(f" {f}")), None)
     return None if field is None else field == "power_w"
 
 

@@ -24,7 +24,7 @@ its checks, and its own section says what failed.
 import base64
 import html
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -35,12 +35,13 @@ from tabulate import tabulate
 from kit.analysis import plots_cross, plots_run, plots_study
 from kit.analysis.compare import Comparison, Group, compare_bundles
 from kit.analysis.compare_format import check_lines, metric_grids, table_notes
+from kit.analysis.figure_render import map_forked, render_all
 from kit.analysis.kernels import kernel_times
 from kit.analysis.labels import chassis_assumed, layout_label, shared_phrase
-from kit.analysis.figure_render import render_all
 from kit.analysis.ranking import (
     ENERGY_CHECK_LIMIT,
     energy_check,
+    instantaneous,
     power_samples,
     ranking_html,
     ranking_notes,
@@ -179,11 +180,11 @@ def _energy_fact(bundle: Bundle) -> str:
 
 def _peak_fact(bundle: Bundle) -> str | None:
     """What peak power, peak-to-mean and excursions rest on: the field, samples and window."""
-    field_name = bundle.metrics.power.get("power_field")
-    if field_name is None:
+    exact = instantaneous(bundle)
+    if exact is None:
         return None
-    what = ("instantaneous (the highest power_w sample)" if field_name == "power_w" else
-            f"from {field_name}, the driver's average (it smooths peaks)")
+    what = ("instantaneous (the highest power_w sample)" if exact else
+            "from the driver's averaged power (it smooths peaks)")
     samples, window = power_samples(bundle), window_s(bundle)
     rests = (f"; rests on {samples:.0f} samples per GPU (fewest)" if samples is not None
              else "") + (f" over a {window:.1f} s window" if window is not None else "")
@@ -263,20 +264,20 @@ def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
                "system." if chassis_assumed(bundle.manifest.platform) else "")
     figures = [
         FigureJob(f"power-timeline-{n}", "power and temperature",
-              "Power (with the power limit) and temperature of every device over time, step "
-              f"windows shaded: {name}.{short}{steady}",
-              lambda: plots_run.power_timeline(view, scales),
-              _no_samples_reason(bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
+                  "Power (with the power limit) and temperature of every device over time, step "
+                  f"windows shaded: {name}.{short}{steady}",
+                  lambda: plots_run.power_timeline(view, scales),
+                  _no_samples_reason(bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
         FigureJob(f"chassis-heatmap-{n}", "chassis heatmaps",
-              f"Mean temperature and power per GPU over the {view.scope}, by node and chassis "
-              f"position: {name}.{assumed}", lambda: plots_run.chassis_heatmaps(view, scales),
-              _no_heatmap_reason(view)),
+                  f"Mean temperature and power per GPU over the {view.scope}, by node and chassis "
+                  f"position: {name}.{assumed}", lambda: plots_run.chassis_heatmaps(view, scales),
+                  _no_heatmap_reason(view)),
         FigureJob(f"clock-throttle-{n}", "SM clock and throttling",
-              f"SM clock and active throttle reasons over time: {name}.",
-              lambda: plots_run.clock_and_throttle(view, scales),
-              _no_samples_reason(bundle, ("clock_sm_mhz", "throttle"))),
+                  f"SM clock and active throttle reasons over time: {name}.",
+                  lambda: plots_run.clock_and_throttle(view, scales),
+                  _no_samples_reason(bundle, ("clock_sm_mhz", "throttle"))),
         FigureJob(f"kernel-breakdown-{n}", "kernel time", f"Kernel time by category: {name}.",
-              lambda: plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
+                  lambda: plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
     ]
     return Section(f"bundle-{n}", name, bundle, _facts(bundle, view), figures)
 
@@ -301,31 +302,33 @@ def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureJob]:
     no_profile = "no bundle has a profile breakdown (charllm-kit run --profile records one)"
     items = [
         FigureJob("config-bars", "Throughput, MFU, energy, peak power",
-              "Throughput, MFU, energy per token, peak power and time in power excursions per "
-              "configuration, by workload "
-              "and fastest first; failed runs are marked, unmeasured values say n/a."
-              + shared,
-              lambda: plots_cross.configuration_bars(c), ""),
+                  "Throughput, MFU, energy per token, peak power and time in power excursions per "
+                  "configuration, by workload "
+                  "and fastest first; failed runs are marked, unmeasured values say n/a."
+                  + shared,
+                  lambda: plots_cross.configuration_bars(c), ""),
         FigureJob("efficiency", "Energy efficiency",
-              "Throughput against energy per token, colour = mean power per device; samples "
-              f"(sequences) per MJ of device energy beside it.{shared}",
-              lambda: plots_cross.efficiency(c),
-              "no configuration measured both throughput and energy per token"),
+                  "Throughput against energy per token, colour = mean power per device; samples "
+                  f"(sequences) per MJ of device energy beside it.{shared}",
+                  lambda: plots_cross.efficiency(c),
+                  "no configuration measured both throughput and energy per token"),
         FigureJob("per-gpu", "Power, temperature and SM clock per GPU",
-              "Per GPU and configuration: mean and peak power, mean and max temperature, mean "
-              "and lowest SM clock over the measured steps of the configuration's first run."
-              + shared, lambda: plots_cross.per_gpu(c, views), no_gpu),
+                  "Per GPU and configuration: mean and peak power, mean and max temperature, mean "
+                  "and lowest SM clock over the measured steps of the configuration's first run."
+                  + shared, lambda: plots_cross.per_gpu(c, views), no_gpu),
         FigureJob("gpu-heatmap", "GPUs in node order",
-              "GPUs in node order per configuration: mean temperature, power and link traffic "
-              f"over the measured steps, one colour scale each.{shared}",
-              lambda: plots_cross.gpu_heatmap(c, views), no_gpu),
+                  "GPUs in node order per configuration: mean temperature, power and link traffic "
+                  f"over the measured steps, one colour scale each.{shared}",
+                  lambda: plots_cross.gpu_heatmap(c, views), no_gpu),
         FigureJob("profile-breakdowns", "Time by category per pipeline stage",
-              "Share of the profiled steps per category, per configuration and pipeline stage "
-              f"(kit.analysis.kernels).{shared}", lambda: plots_cross.stage_breakdown(c), no_profile),
+                  "Share of the profiled steps per category, per configuration and pipeline stage "
+                  f"(kit.analysis.kernels).{shared}", lambda: plots_cross.stage_breakdown(c),
+                  no_profile),
         FigureJob("exposed-comm", "Exposed communication",
-              "Communication per configuration and collective type: exposed (nothing computed "
-              f"meanwhile) and overlapped with compute, as shares of the profiled steps.{shared}",
-              lambda: plots_cross.exposed_communication(c), no_profile),
+                  "Communication per configuration and collective type: exposed (nothing "
+                  "computed meanwhile) and overlapped with compute, as shares of the profiled "
+                  f"steps.{shared}",
+                  lambda: plots_cross.exposed_communication(c), no_profile),
     ]
     items += [
         FigureJob("sweep", "Against the swept parameter",
@@ -362,6 +365,16 @@ def _drawn(jobs: list[FigureJob], pngs: dict[str, bytes | None]) -> list[FigureI
             for j in jobs]
 
 
+def _views(bundles: list[Bundle]) -> dict[int, RunView]:
+    """Each bundle's view by ``id(bundle)``, made in forked workers (the bundle itself stays
+    here: only the view's own data comes back)."""
+    def view(index: int) -> RunView:
+        return replace(run_view(bundles[index]), bundle=None)  # type: ignore[arg-type]
+
+    made = map_forked(view, len(bundles))
+    return {id(b): replace(v, bundle=b) for b, v in zip(bundles, made, strict=True)}
+
+
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
                  baseline: str | Path | None = None,
                  lead: Sequence[LeadSection] = ()) -> Report:
@@ -377,7 +390,7 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
     c = compare_bundles(paths, baseline, allow_unverified=allow_unverified)
-    views = {id(b): run_view(b) for b in c.bundles if b.projection is None}
+    views = _views([b for b in c.bundles if b.projection is None])
     scales = Scales.of(list(views.values()))
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
     group_of = {id(b): g for g in c.groups for b in g.bundles}
