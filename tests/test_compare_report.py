@@ -247,12 +247,14 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
         assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     per_bundle = ("power-timeline", "chassis-heatmap", "clock-throttle", "kernel-breakdown")
     across = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
-              "exposed-comm"}
-    assert figure_ids(text) == across | {f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
+              "exposed-comm", "link-traffic", "position-timelines", "throttle-timelines"}
+    assert figure_ids(text) == across | {"sweep"} | {
+        f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
     assert with_image == across | {"kernel-breakdown-5"} | {
         f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
+    assert "do not sweep one parameter" in figures["sweep"]  # platforms and workloads differ
     # a CPU run without RAPL: the recorded reason, not a guess
     assert re.search(r"no samples of power_w: [^;]+; temp_gpu_c: [^;]+; cpu_power_w: host: ",
                      figures["power-timeline-3"])
@@ -264,7 +266,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     assert "ended failed" in text and "<table>" in text
     # a table of contents linking every part; sections named by configuration
     links = set(re.findall(r'<a href="#([^"]+)">', text.split("</nav>")[0]))
-    assert links == {"comparison", "comparability", "across", "runs"} | across | {
+    assert links == {"comparison", "comparability", "across", "runs", "sweep"} | across | {
         f"bundle-{n}" for n in range(1, 6)}
     titles = re.findall(r'<h3 id="bundle-\d">\d\. ([^<]+)</h3>', text)
     assert titles[2] == "gpt3-tiny cpu x1 fp32 tp1 mb2 gb8"  # megatron pp1 dp1: shared
@@ -278,8 +280,9 @@ def test_markdown_report_links_every_figure(cli, runs, tmp_path):
     text = out.read_text()
     links = re.findall(r"!\[[^\]]*\]\((report_figures/[^)]+\.png)\)", text)
     assert sorted(Path(link).stem for link in links) == sorted(
-        ["config-bars", "efficiency", "per-gpu", "gpu-heatmap", "power-timeline-1",
-         "chassis-heatmap-1", "clock-throttle-1"])
+        ["config-bars", "efficiency", "per-gpu", "gpu-heatmap", "link-traffic",
+         "position-timelines", "throttle-timelines", "power-timeline-1", "chassis-heatmap-1",
+         "clock-throttle-1"])
     assert all((tmp_path / link).read_bytes()[:4] == b"\x89PNG" for link in links)
     assert '<a id="kernel-breakdown-1"></a>' in text and "no profile in this bundle" in text
     assert "## Comparability" in text and "ended failed" in text

@@ -11,7 +11,8 @@ each schema checked) before it is used; the figures come from ``manifest.json`` 
 ``metrics.json`` alone. A projection file (``charllm-kit project``, kit.project.file) is read
 in place of a bundle: it is a group of its own, marked projected, and its figures' range is the
 projection's interval instead of repeats'. A sweep folder given among the bundles stands for
-its bundles (:mod:`kit.analysis.inputs`).
+its bundles (:mod:`kit.analysis.inputs`). A bundle given from two folders (one bundle id) is one
+run, not two repeats: it is counted once and a ``duplicate`` check says so.
 
 Against a baseline, a metric is related by a ratio where a ratio means something (throughput,
 time, energy, power, memory) and by a difference elsewhere: degrees C for temperatures,

@@ -1,6 +1,8 @@
 """Render a :class:`~kit.analysis.compare.Comparison` as a table, Markdown, CSV or JSON.
 
-Table and Markdown put the comparability checks under the figures, where a reader sees them;
+Table and Markdown open with the ranking (:mod:`kit.analysis.ranking`: a row per
+configuration), then the metric grid ("all metrics") and the comparability checks under it,
+where a reader sees them (one line per distinct check);
 their column headers leave out what every group shares (said once above the table), per-reason
 throttle rows that are 0 or unmeasured in every group are left out (named under the table), and
 a table wider than :data:`MAX_WIDTH` characters is split into several, each with the metric

@@ -9,7 +9,8 @@ sections a caller puts first (the study's Findings: :class:`LeadSection`), then 
 configurations (:mod:`kit.analysis.ranking`). The HTML is readable on a narrow screen (a
 viewport tag; tables scroll sideways in their own box).
 
-Figures across configurations come first (:mod:`kit.analysis.plots_cross`), then one section
+Figures across configurations come first (:mod:`kit.analysis.plots_cross`, the study's
+:mod:`kit.analysis.plots_study`), then one section
 per bundle, named by its configuration (:mod:`kit.analysis.plots_run`). Each figure has a
 stable id and a caption; a figure a bundle cannot have is replaced by a note saying why, from
 what the bundle holds (no samples, the sampler off, a field's recorded reason, no chassis
