@@ -584,21 +584,25 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
               required=True, help="Report file to write.")
 @click.option("--markdown", is_flag=True,
               help="Write Markdown, with the figures as PNGs in <name>_figures/ beside it.")
+@click.option("--single-file", is_flag=True,
+              help="HTML with its figures inlined (one file to mail) instead of PNGs in "
+              "<name>_figures/ beside it.")
 @click.option("--baseline", help="Bundle (path or id) the others are related to; it must "
               "have ended ok.")
 @ALLOW_UNVERIFIED
 @bundle_input_errors
-def report(bundles: tuple[Path, ...], out: Path, markdown: bool, baseline: str | None,
-           allow_unverified: bool) -> None:
+def report(bundles: tuple[Path, ...], out: Path, markdown: bool, single_file: bool,
+           baseline: str | None, allow_unverified: bool) -> None:
     """Write a report on BUNDLES (each verified first; a sweep folder stands for its bundles):
-    comparison, checks, figures across configurations and per run (HTML, or Markdown).
+    ranking, checks, figures across configurations and per run (HTML, or Markdown), the
+    figures as PNGs in <name>_figures/ beside it unless --single-file.
     """
     from kit.analysis.report import write_report
 
     check_output_file(out)
-    if markdown:
+    if markdown or not single_file:
         check_output_dir(out.parent / f"{out.stem}_figures")
-    written = write_report(list(bundles), out, markdown=markdown,
+    written = write_report(list(bundles), out, markdown=markdown, single_file=single_file,
                            allow_unverified=allow_unverified, baseline=baseline)
     click.echo(str(written[0].resolve()))
 

@@ -92,7 +92,7 @@ def test_table_flags_platforms_workloads_and_the_failed_run(cli, runs):
     assert "[sequence] different sequence length: 2048" in checks
     assert f"[status] {runs['failed'].name} (odd-rope) ended failed: rank 0: " in checks
     # five groups do not fit 120 columns: the table is split, each part under 120 characters
-    tables = out.split("\n\n")[1:-1]
+    tables = out.split("all metrics:\n")[1].split("\n\n")
     grids = [t for t in tables if t.startswith("metric ")]
     assert len(grids) >= 2 and all(len(line) <= 120 for t in grids for line in t.splitlines())
     # plain CPU runs measured no power: n/a, never 0; the replayed trace gives a value
@@ -153,7 +153,7 @@ def test_baseline_ratios_are_those_of_metrics_json(cli, runs):
 def test_table_relates_by_ratio_or_difference_and_drops_quiet_throttle_rows(cli):
     r = cli("compare", str(H100), str(H200), "--baseline", str(H100))
     assert r.returncode == 0, why_failed(r)
-    grid = r.stdout.split("\n\n")[1]
+    grid = r.stdout.split("all metrics:\n")[1].split("\n\n")[0]
     rows = {cells[0]: cells[1:] for line in grid.splitlines()
             if len(cells := re.split(r" {2,}", line.strip())) == 4}
     h100, h200 = summary(H100), summary(H200)
@@ -236,7 +236,7 @@ def figure_ids(text: str) -> set[str]:
 def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled, tmp_path):
     out = tmp_path / "r" / "report.html"
     r = cli("report", str(H100), str(H200), str(runs["tp1a"]), str(runs["failed"]),
-            str(profiled), "-o", str(out))
+            str(profiled), "-o", str(out), "--single-file")
     assert r.returncode == 0, why_failed(r)
     assert r.stdout.strip() == str(out.resolve())
     text = out.read_text()
@@ -247,12 +247,14 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
         assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     per_bundle = ("power-timeline", "chassis-heatmap", "clock-throttle", "kernel-breakdown")
     across = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
-              "exposed-comm"}
-    assert figure_ids(text) == across | {f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
+              "exposed-comm", "link-traffic", "position-timelines", "throttle-timelines"}
+    assert figure_ids(text) == across | {"sweep"} | {
+        f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
     assert with_image == across | {"kernel-breakdown-5"} | {
         f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
+    assert "do not sweep one parameter" in figures["sweep"]  # platforms and workloads differ
     # a CPU run without RAPL: the recorded reason, not a guess
     assert re.search(r"no samples of power_w: [^;]+; temp_gpu_c: [^;]+; cpu_power_w: host: ",
                      figures["power-timeline-3"])
@@ -264,7 +266,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     assert "ended failed" in text and "<table>" in text
     # a table of contents linking every part; sections named by configuration
     links = set(re.findall(r'<a href="#([^"]+)">', text.split("</nav>")[0]))
-    assert links == {"comparison", "comparability", "across", "runs"} | across | {
+    assert links == {"comparison", "comparability", "across", "runs", "sweep"} | across | {
         f"bundle-{n}" for n in range(1, 6)}
     titles = re.findall(r'<h3 id="bundle-\d">\d\. ([^<]+)</h3>', text)
     assert titles[2] == "gpt3-tiny cpu x1 fp32 tp1 mb2 gb8"  # megatron pp1 dp1: shared
@@ -278,8 +280,9 @@ def test_markdown_report_links_every_figure(cli, runs, tmp_path):
     text = out.read_text()
     links = re.findall(r"!\[[^\]]*\]\((report_figures/[^)]+\.png)\)", text)
     assert sorted(Path(link).stem for link in links) == sorted(
-        ["config-bars", "efficiency", "per-gpu", "gpu-heatmap", "power-timeline-1",
-         "chassis-heatmap-1", "clock-throttle-1"])
+        ["config-bars", "efficiency", "per-gpu", "gpu-heatmap", "link-traffic",
+         "position-timelines", "throttle-timelines", "power-timeline-1", "chassis-heatmap-1",
+         "clock-throttle-1"])
     assert all((tmp_path / link).read_bytes()[:4] == b"\x89PNG" for link in links)
     assert '<a id="kernel-breakdown-1"></a>' in text and "no profile in this bundle" in text
     assert "## Comparability" in text and "ended failed" in text
@@ -381,3 +384,33 @@ def test_a_sweep_folder_stands_for_its_bundles(cli, tmp_path):
     assert r.stdout.startswith(f"{results / 'mini'} is a sweep folder (sweep mini: 2 points, "
                                "1 with a bundle), not a bundle")
     assert str(point) in r.stdout and "002-tp3  skipped" in r.stdout
+
+
+MIXTRAL = sorted((REPO / "benchmarks" / "parallel" / "bundles").iterdir())[0]
+
+
+def test_the_ranking_counts_a_copied_bundle_once_and_flags_the_energy_check(cli, tmp_path):
+    copy = shutil.copytree(H100, tmp_path / "elsewhere" / H100.name)
+    r = cli("compare", str(H200), str(H100), str(copy))
+    assert r.returncode == 0, why_failed(r)
+    assert "2 bundles in 2 groups" in r.stdout
+    assert f"[duplicate] {H100.name} is given 2 times" in r.stdout
+    ranking = r.stdout.split("ranking:\n")[1].split("\n\n")[0].splitlines()
+    rows = [line.rstrip() for line in ranking if re.match(r"\d +", line)]
+    # ranked by throughput: the H100 run first, its worst energy disagreement flagged
+    assert [row.split()[0] for row in rows] == ["1", "2"] and " h100 " in rows[0]
+    power = json.loads((H100 / "metrics.json").read_text())["power"]
+    worst = max(abs(power[k]) for k in ("zeus_vs_counter", "counter_vs_integral") if k in power)
+    assert worst > 0.02 and rows[0].endswith(f"{worst * 100:.1f}% !")
+    assert "disagree by more than 2%" in r.stdout
+    assert "Peak power is instantaneous" in r.stdout
+
+
+def test_a_baseline_across_workloads_gets_a_caveat(cli):
+    r = cli("compare", str(H100), str(MIXTRAL), "--baseline", str(H100))
+    assert r.returncode == 0, why_failed(r)
+    assert ("[baseline] the baseline is gpt3-1.3b; ratios to it for mixtral-8x7b-4l compare "
+            "different workloads") in r.stdout
+    ranking = r.stdout.split("ranking:\n")[1].split("\n\n")[0]
+    # each workload is ranked on its own: both runs are first of theirs
+    assert [line.split()[1] for line in ranking.splitlines()[4:]] == ["1", "1"]

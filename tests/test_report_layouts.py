@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 from .conftest import why_failed
+from .many_bundles import many_bundles
 from .report_bundles import layouts_fixture  # noqa: F401 (the session fixture `layouts`)
 
 ACROSS = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
@@ -39,7 +40,18 @@ def test_layouts_are_named_by_engine_and_layout_against_a_baseline(cli, layouts,
     assert titles == ["megatron tp2 pp1 dp1", "megatron tp1 pp2 dp1", "deepspeed zero1 dp2"]
     assert "Baseline: megatron tp2 pp1 dp1; ratios for throughput" in text
     assert "all configurations: gpt3-tiny cpu-replay-chassis x2 fp32 mb2 gb8" in text
-    table = text.split('<h2 id="comparison">')[1].split("</table>")[0]
+    ranking = text.split('<h2 id="comparison">')[1].split("</table>")[0]
+    # one ranking: a row per configuration, fastest first, the baseline's ratio beside it
+    rows = [re.findall(r"<td>([^<]*)</td>", row) for row in re.findall(r"<tr><td>.*?</tr>",
+                                                                        ranking)]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    assert {r[1] for r in rows} == {"megatron tp2 pp1 dp1", "megatron tp1 pp2 dp1",
+                                    "deepspeed zero1 dp2"}
+    speeds = [float(r[3].split()[0].replace(",", "")) for r in rows]
+    assert speeds == sorted(speeds, reverse=True)
+    assert {r[4] for r in rows} >= {"baseline"} and all(
+        r[4] == "baseline" or r[4].startswith("x") for r in rows)
+    table = text.split("<summary>All metrics</summary>")[1].split("</table>")[0]
     assert "gpt3-tiny" not in table and "vs baseline" in table
     assert re.search(r"<td>max temperature \(°C\) *</td>(<td[^>]*>[^<]*</td>)*"
                      r"<td[^>]*> *[+-]\d+\.\d °C</td>", table)
@@ -107,7 +119,8 @@ PROBE = """<script>window.addEventListener("load", () => {
   const out = document.createElement("pre");
   out.id = "probe";
   out.textContent = JSON.stringify({figs, loaded, failed: window.__failed,
-                                    height: document.documentElement.scrollHeight});
+                                    height: document.documentElement.scrollHeight,
+                                    width: document.documentElement.scrollWidth});
   document.body.appendChild(out);
 });</script>"""
 
@@ -126,7 +139,7 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
 def test_every_figure_of_the_html_report_renders_in_chromium(cli, layouts, tmp_path):
     report = tmp_path / "report.html"
     r = cli("report", *(str(p) for p in layouts.values()), "-o", str(report),
-            "--baseline", str(layouts["tp2"]))
+            "--baseline", str(layouts["tp2"]), "--single-file")
     assert r.returncode == 0, why_failed(r)
     text = report.read_text()
     expected = re.findall(r'<figure id="([^"]+)"><img ', text)
@@ -141,7 +154,7 @@ def test_every_figure_of_the_html_report_renders_in_chromium(cli, layouts, tmp_p
     result = json.loads(html.unescape(found.group(1)))
     assert result["failed"] == [] and result["loaded"] == []  # self-contained: nothing fetched
     figs = {f["id"]: f for f in result["figs"]}
-    assert list(figs) == expected
+    assert list(figs) == expected and result["width"] <= WIDTH
     for fig_id, f in figs.items():
         assert f["complete"] and min(f["natural"]) > 0 and min(f["box"][2:]) > 0, fig_id
 
@@ -160,3 +173,63 @@ def test_every_figure_of_the_html_report_renders_in_chromium(cli, layouts, tmp_p
             colours = crop.getcolors(maxcolors=w * h) or []
             assert len(colours) > 8, f"{fig_id} rendered blank"  # drawn, not one flat colour
     assert sorted(p.stem for p in shots.iterdir()) == sorted(expected)
+
+
+NARROW = 400
+"""Pixels of a phone's screen: the report must not need sideways scrolling of the page."""
+
+
+@pytest.fixture(scope="module")
+def hundred(tmp_path_factory) -> list:
+    """100 verified bundles copied from the recorded GPU bundles (tests/many_bundles.py)."""
+    return many_bundles(tmp_path_factory.mktemp("hundred"), 100)
+
+
+@pytest.mark.timeout(1800)  # about a minute on a quiet 2-core host; CI hosts are not quiet
+def test_a_report_of_100_bundles_links_figures_drawn_once(cli, hundred, tmp_path):
+    twin = shutil.copytree(hundred[0], tmp_path / "twin" / hundred[0].name)
+    report = tmp_path / "report.html"
+    r = cli("report", *(str(p) for p in hundred), str(twin), "-o", str(report), timeout=1500)
+    assert r.returncode == 0, why_failed(r)
+    text = report.read_text()
+    assert report.stat().st_size < 5e6 and "base64" not in text
+    linked = re.findall(r'<figure id="([^"]+)"><img src="report_figures/([^"]+)"', text)
+    assert len(linked) > 300 and all(f == f"{i}.png" for i, f in linked)
+    assert {f for _, f in linked} == {p.name for p in (tmp_path / "report_figures").iterdir()}
+    assert '<meta name="viewport"' in text and text.count('<div class="scroll">') >= 2
+    # the twin is one run: counted once, said once
+    assert f"[duplicate] {hundred[0].name} is given 2 times" in html.unescape(text)
+    ranking = text.split('<table class="ranking">')[1].split("</table>")[0]
+    assert re.findall(r'<tr class="workload"><th colspan="\d+">([^<]+)</th>', ranking) == [
+        "mixtral-8x7b-4l", "gpt3-1.3b"]  # in the order first given
+    for part in ranking.split('<tr class="workload">')[1:]:
+        places = re.findall(r"<tr><td>([^<]+)</td>", part)
+        ok = [p for p in places if p != "-"]
+        assert ok == [str(n) for n in range(1, len(ok) + 1)] and places[len(ok):] == [
+            "-"] * (len(places) - len(ok))  # failed runs last, unranked
+    groups = len(re.findall(r"<tr><td>", ranking))
+    assert 40 <= groups < 100  # repeats of one configuration share a row
+    assert re.search(r"\d \[\d[\d,.]*\.\.\d[\d,.]*\]", ranking)  # with their spread
+    checks = text.split('<h2 id="comparability">')[1].split("</ul>")[0]
+    lines = re.findall(r"<li>(.*?)</li>", checks)
+    assert len(lines) == len(set(lines)) and len(lines) < 12
+    assert sum("ended failed" in line for line in lines) == 1  # 4 failed runs, one line
+    figures = _figures(text)
+    for fig in ("sweep", "link-traffic", "position-timelines", "throttle-timelines"):
+        assert "<img" in figures[fig], fig
+
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium not found: the figures were not rendered in a browser")
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("<head>", "<head>" + CATCH, 1)
+                     .replace("</body>", PROBE + "</body>", 1))
+    r = chromium(f"--window-size={NARROW},900", "--dump-dom", probe.as_uri())
+    found = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
+    assert found, r.stderr[-2000:]
+    result = json.loads(html.unescape(found.group(1)))
+    assert result["failed"] == [] and result["width"] <= NARROW
+    folder = (tmp_path / "report_figures").as_uri()
+    assert len(result["loaded"]) == len(linked) and all(
+        name.startswith(folder[:80]) for name in result["loaded"])
+    for f in result["figs"]:
+        assert f["complete"] and min(f["natural"]) > 0 and 0 < f["box"][2] <= NARROW, f["id"]

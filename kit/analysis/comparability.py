@@ -144,15 +144,15 @@ def power_source(bundle: Bundle) -> str | None:
 
 
 def _status_checks(bundles: list[Bundle]) -> list[Check]:
-    """Runs that did not end ok, and ok runs with fewer measured steps than asked for."""
-    checks = []
+    """Runs that did not end ok, and ok runs with fewer measured steps than asked for; runs
+    that ended the same way (one status and error, or one shortfall) share one line."""
+    ended: dict[tuple[str, str], list[Bundle]] = {}
+    short: dict[tuple[int, int], list[Bundle]] = {}
     for b in bundles:
         m = b.manifest
         if m.status != "ok":
             error = shorten((m.error or "no error recorded").splitlines()[0], _ERROR_WIDTH)
-            checks.append(Check("status", f"{b.path.name} ({m.workload['name']}) ended "
-                                          f"{m.status}: {error}; its figures cover a partial "
-                                          "run and are kept apart from successful repeats"))
+            ended.setdefault((m.status, error), []).append(b)
             continue
         if m.workload.get("family") == "fabric":  # iterations per size, not steps
             continue
@@ -160,8 +160,19 @@ def _status_checks(bundles: list[Bundle]) -> list[Check]:
         done = [r.get("measured_steps") for r in b.metrics.per_rank]
         done = [d for d in done if isinstance(d, int)]
         if asked and done and min(done) < asked:
-            checks.append(Check("partial", f"{b.path.name} ended ok but measured {min(done)} of "
-                                           f"{asked} steps"))
+            short.setdefault((min(done), asked), []).append(b)
+
+    def who(same: list[Bundle]) -> str:
+        workloads = ", ".join(dict.fromkeys(b.manifest.workload["name"] for b in same))
+        return f"{_names(same)} ({workloads})"
+
+    checks = [Check("status", f"{who(same)} ended {status}: {error}; "
+                              + ("its figures cover a partial run" if len(same) == 1 else
+                                 f"{len(same)} runs whose figures cover partial runs")
+                              + " and are kept apart from successful repeats")
+              for (status, error), same in ended.items()]
+    checks += [Check("partial", f"{_names(same)} ended ok but measured {done} of {asked} steps")
+               for (done, asked), same in short.items()]
     return checks
 
 

@@ -11,7 +11,8 @@ each schema checked) before it is used; the figures come from ``manifest.json`` 
 ``metrics.json`` alone. A projection file (``charllm-kit project``, kit.project.file) is read
 in place of a bundle: it is a group of its own, marked projected, and its figures' range is the
 projection's interval instead of repeats'. A sweep folder given among the bundles stands for
-its bundles (:mod:`kit.analysis.inputs`).
+its bundles (:mod:`kit.analysis.inputs`). A bundle given from two folders (one bundle id) is one
+run, not two repeats: it is counted once and a ``duplicate`` check says so.
 
 Against a baseline, a metric is related by a ratio where a ratio means something (throughput,
 time, energy, power, memory) and by a difference elsewhere: degrees C for temperatures,
@@ -61,6 +62,8 @@ METRICS: tuple[MetricRow, ...] = (
     MetricRow("power_w_mean", "mean power", "W"),
     MetricRow("power_w_peak", "peak power", "W"),
     MetricRow("power.peak_to_mean", "peak-to-mean power", "ratio", "difference"),
+    MetricRow("power.excursions", "power excursions", "count", "difference"),
+    MetricRow("power.excursion_s", "excursion time", "s"),
     MetricRow("temp_gpu_c_max", "max temperature", "C", "difference"),
     MetricRow("temp_gpu_c_spread", "temperature spread", "C", "difference"),
     MetricRow("clock_sm_frac_of_max", "SM clock / max", "fraction", "difference"),
@@ -201,18 +204,43 @@ class Comparison:
         return value - base if value is not None and base is not None else None
 
 
-def _read_all(paths: list[Path], allow_unverified: bool) -> list[Bundle]:
-    """Verify and read each bundle once, refusing one given twice."""
-    bundles, seen = [], set()
+def figure_order(c: Comparison) -> list[Group]:
+    """Groups by workload (first-seen order), fastest first, not-ok runs last."""
+    workloads: dict[str, int] = {}
+    for g in c.groups:
+        workloads.setdefault(g.first.workload["name"], len(workloads))
+
+    def key(g: Group) -> tuple[int, int, float]:
+        speed = g.values["tokens_per_s"].median
+        return (workloads[g.first.workload["name"]], g.status != "ok",
+                -(speed if speed is not None else -1.0))
+    return sorted(c.groups, key=key)
+
+
+def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], list[Check]]:
+    """Verify and read each bundle once, refusing one path given twice; a copy of a bundle
+    already read (the same bundle id in another folder) is counted once, and said so in a
+    ``duplicate`` check, since it is the same run and not a repeat."""
+    bundles, seen, ids = [], set(), {}
+    copies: dict[str, list[Path]] = {}
     for p in paths:
+        if Path(p).resolve() in seen:
+            raise KitInputError(f"bundle {p} is given twice; give each bundle once")
         bundle = (projected_bundle(p) if is_projection_file(p)
                   else read_verified_bundle(p, allow_unverified))
         where = bundle.path.resolve()
         if where in seen:
             raise KitInputError(f"bundle {p} is given twice; give each bundle once")
         seen.add(where)
+        if bundle.path.name in ids:
+            copies.setdefault(bundle.path.name, [ids[bundle.path.name]]).append(bundle.path)
+            continue
+        ids[bundle.path.name] = bundle.path
         bundles.append(bundle)
-    return bundles
+    checks = [Check("duplicate", f"{name} is given {len(where)} times ("
+                    + ", ".join(str(w.parent) for w in where) + "): one run, counted once")
+              for name, where in copies.items()]
+    return bundles, checks
 
 
 def _find_baseline(bundles: list[Bundle], baseline: str | Path,
@@ -257,6 +285,19 @@ def _label(groups: list[Group]) -> list[str]:
     return split.shared
 
 
+def _baseline_checks(groups: list[Group], index: int | None) -> list[Check]:
+    """A baseline of one workload related to groups of others: their ratios compare different
+    models, so the table says so (workloads are otherwise compared only among themselves)."""
+    if index is None:
+        return []
+    base = groups[index].first.workload["name"]
+    others = sorted({g.first.workload["name"] for g in groups} - {base})
+    if not others:
+        return []
+    return [Check("baseline", f"the baseline is {base}; ratios to it for {', '.join(others)} "
+                              "compare different workloads, not only configurations")]
+
+
 def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
                     allow_unverified: bool = False) -> Comparison:
     """Verify, read, group and aggregate bundles, and check what makes them hard to compare.
@@ -277,7 +318,7 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
     if not paths:
         raise KitInputError("no bundles to compare: give one or more bundle directories")
     inputs = expand_inputs(paths)
-    bundles = _read_all(inputs.bundles, allow_unverified)
+    bundles, duplicates = _read_all(inputs.bundles, allow_unverified)
     base = (_find_baseline(bundles, baseline, allow_unverified) if baseline is not None
             else None)
     if base is not None and all(base is not b for b in bundles):
@@ -296,5 +337,6 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
     shared = _label(groups)
     index = (next(i for i, g in enumerate(groups) if any(b is base for b in g.bundles))
              if base is not None else None)
-    checks = [Check("sweep", note) for note in inputs.notes] + comparability_checks(bundles)
+    checks = ([Check("sweep", note) for note in inputs.notes] + duplicates
+              + comparability_checks(bundles) + _baseline_checks(groups, index))
     return Comparison(groups, index, checks, bundles, shared)

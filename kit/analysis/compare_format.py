@@ -1,6 +1,8 @@
 """Render a :class:`~kit.analysis.compare.Comparison` as a table, Markdown, CSV or JSON.
 
-Table and Markdown put the comparability checks under the figures, where a reader sees them;
+Table and Markdown open with the ranking (:mod:`kit.analysis.ranking`: a row per
+configuration), then the metric grid ("all metrics") and the comparability checks under it,
+where a reader sees them (one line per distinct check);
 their column headers leave out what every group shares (said once above the table), per-reason
 throttle rows that are 0 or unmeasured in every group are left out (named under the table), and
 a table wider than :data:`MAX_WIDTH` characters is split into several, each with the metric
@@ -83,14 +85,14 @@ def versus_cell(c: Comparison, g: Group, row: MetricRow) -> str:
         return NA
     if row.unit == "fraction":
         return f"{diff * 100:+.1f} pp"
-    if row.unit == "ratio":
+    if row.unit in ("ratio", "count"):
         return f"{diff:+.3g}"
     return f"{diff:+.1f} {unit_text(row.unit)}"
 
 
 def row_label(row: MetricRow) -> str:
     """A metric's name with its unit, e.g. ``step time (s)``; fractions and ratios have none."""
-    if row.unit in ("fraction", "ratio") or row.label.split()[0] == row.unit:
+    if row.unit in ("fraction", "ratio", "count") or row.label.split()[0] == row.unit:
         return row.label
     return f"{row.label} ({unit_text(row.unit)})"
 
@@ -190,7 +192,7 @@ def check_lines(checks: list[Check]) -> list[str]:
     if not checks:
         return ["none: same workload, platform, precision, batch, sequence length, telemetry "
                 "sources and schema; every run ended ok"]
-    return [f"[{c.kind}] {c.message}" for c in checks]
+    return list(dict.fromkeys(f"[{c.kind}] {c.message}" for c in checks))
 
 
 def _text(c: Comparison, markdown: bool) -> str:
@@ -210,7 +212,12 @@ def _text(c: Comparison, markdown: bool) -> str:
     extra = side_by_side_text(c.bundles, "github" if markdown else "simple")
     slow = [f"{bullet}{b.path.name}: {straggler_line(b.metrics.stragglers)}"
             for b in c.bundles if b.metrics.stragglers]
-    return "\n\n".join([title, grid, *([notes] if notes else []),
+    from kit.analysis.ranking import ranking_notes, ranking_text
+
+    ranking = ranking_text(c, "github" if markdown else "simple")
+    ranked = "\n".join(ranking_notes(c))
+    return "\n\n".join([title, heading.format("ranking") + "\n" + ranking, ranked,
+                        heading.format("all metrics") + "\n" + grid, *([notes] if notes else []),
                         heading.format("groups") + "\n" + "\n".join(groups),
                         heading.format("comparability") + "\n" + "\n".join(checks),
                         *([heading.format("stragglers") + "\n" + "\n".join(slow)] if slow else []),

@@ -163,3 +163,9 @@ def device_roles(manifest: Manifest, devices: list[tuple[int, int]]) -> list[Dev
                               rank.rank if rank else None,
                               _role(rank, parallel) if rank else "no rank"))
     return out
+
+
+def chassis_assumed(platform: dict[str, Any]) -> bool:
+    """Whether a platform profile's chassis layout is an assumption (``chassis_assumed``; a
+    profile recorded before the field existed had only assumed layouts)."""
+    return bool(platform.get("chassis")) and platform.get("chassis_assumed", True) is not False

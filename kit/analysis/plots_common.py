@@ -10,6 +10,7 @@ steps fill the rest. Step windows are shaded, warmup orange and measured alterna
 """
 
 import io
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -183,9 +184,69 @@ def status_line(view: RunView) -> str | None:
     return f"{m.status.upper()}: {ran}; {error}"
 
 
-def title(fig: Figure, text: str, view: RunView) -> None:
-    """A figure title: what it shows, the run, its sample period, its status when not ok."""
+TITLE_PT = 9.5
+"""Font size of figure titles."""
+
+
+def wrapped(lines: list[str], width_in: float, fontsize: float = TITLE_PT) -> list[str]:
+    """``lines`` broken between words to fit ``width_in`` inches of text at ``fontsize``
+    (a character is taken as 0.55 em wide), so no title runs past the figure's edge."""
+    chars = max(20, int(width_in * 72 / (fontsize * 0.55)))
+    return [part for line in lines for part in textwrap.wrap(line, chars) or [""]]
+
+
+def title(fig: Figure, text: str, view: RunView) -> int:
+    """A figure title: what it shows, the run, its sample period, its status when not ok,
+    wrapped to the figure's width; returns its number of lines."""
     status = status_line(view)
-    lines = [*([status] if status else []), text,
-             f"{view.bundle.path.name} · {view.period_text()}"]
-    fig.suptitle("\n".join(lines), fontsize=9.5, color=STATUS_COLOR if status else "black")
+    lines = wrapped([*([status] if status else []), text,
+                     f"{view.bundle.path.name} · {view.period_text()}"],
+                    fig.get_figwidth() - 0.4)
+    fig.suptitle("\n".join(lines), fontsize=TITLE_PT, color=STATUS_COLOR if status else "black")
+    return len(lines)
+
+
+def place_axes(fig: Figure, left: float, right: float, top: float, bottom: float,
+               gap: float = 0.3) -> None:
+    """Margins in inches around the axes (``gap`` between rows and columns), set without a
+    layout engine: a layout engine needs a draw of its own before saving, which doubles the
+    cost of every figure (:mod:`kit.analysis.figure_render`)."""
+    w, h = fig.get_size_inches()
+    grid = next((ax.get_subplotspec().get_gridspec() for ax in fig.axes
+                 if ax.get_subplotspec() is not None), None)
+    rows, cols = grid.get_geometry() if grid is not None else (1, 1)
+    height = max(h - top - bottom - gap * (rows - 1), 0.5) / rows
+    width = max(w - left - right - gap * (cols - 1), 0.5) / cols
+    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h,
+                        hspace=gap / height, wspace=gap / width)
+
+
+def legend_width(labels: list[str], fontsize: float = 7) -> float:
+    """Inches a legend of ``labels`` outside the axes takes (handle, text, padding)."""
+    longest = max((len(line) for label in labels for line in label.splitlines()), default=0)
+    return 0.55 + longest * fontsize * 0.55 / 72
+
+
+def legends_width(fig: Figure) -> float:
+    """Inches the widest legend placed right of the axes (:func:`legend_outside`) takes; 0
+    without one."""
+    widths = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:
+            labels = [t.get_text() for t in legend.get_texts()]
+            labels += [legend.get_title().get_text()]
+            cols = max(getattr(legend, "_ncols", 1), 1)
+            widths.append(legend_width(labels) * cols)
+    return max(widths, default=0.0)
+
+
+def label_width(labels: list[str], fontsize: float) -> float:
+    """Inches the longest line of ``labels`` takes at ``fontsize`` (tick labels)."""
+    longest = max((len(line) for label in labels for line in label.splitlines()), default=0)
+    return longest * fontsize * 0.55 / 72
+
+
+def title_height(lines: int) -> float:
+    """Inches a suptitle of ``lines`` lines takes above the axes."""
+    return 0.2 + lines * TITLE_PT * 1.35 / 72

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from kit.analysis.compare import Comparison, Group
+from kit.analysis.compare import Comparison, Group, figure_order
 from kit.analysis.compare_format import format_value
 from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.analysis.plots_common import (
@@ -27,19 +27,6 @@ from kit.analysis.run_view import RunView
 from kit.bundle.reader import Bundle
 
 
-def figure_order(c: Comparison) -> list[Group]:
-    """Groups by workload (first-seen order), fastest first, not-ok runs last."""
-    workloads: dict[str, int] = {}
-    for g in c.groups:
-        workloads.setdefault(g.first.workload["name"], len(workloads))
-
-    def key(g: Group) -> tuple[int, int, float]:
-        speed = g.values["tokens_per_s"].median
-        return (g.status != "ok", workloads[g.first.workload["name"]],
-                -(speed if speed is not None else -1.0))
-    return sorted(c.groups, key=key)
-
-
 def _name(c: Comparison, g: Group) -> str:
     return g.short + (" (baseline)" if c.baseline is not None and c.groups[c.baseline] is g
                       else "")
@@ -50,6 +37,7 @@ BAR_METRICS: tuple[tuple[str, str], ...] = (
     ("mfu", "MFU"),
     ("energy_j_per_token", "energy per token (J)"),
     ("power_w_peak", "peak power (W)"),
+    ("power.excursion_s", "excursion time (s)"),
 )
 """Keys and axis labels of the per-configuration bars."""
 
@@ -279,7 +267,10 @@ def gpu_heatmap(c: Comparison, views: dict[str, RunView]) -> Figure | None:
                 value = getattr(stats, key) if stats else None
                 if value is not None:
                     grid[y, x] = value
-        known = grid[~np.isnan(grid)]
+        ok = np.array([g.status == "ok" for g in groups])
+        known = grid[ok][~np.isnan(grid[ok])]  # failed runs' idle GPUs do not set the scale
+        if not len(known):
+            known = grid[~np.isnan(grid)]
         norm = Normalize(float(known.min()) - 0.5, float(known.max()) + 0.5)
         cmap = colormaps[cmap_name]
         image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
@@ -349,7 +340,7 @@ def stage_breakdown(c: Comparison) -> Figure | None:
     return fig
 
 
-def _comm_shares(bundle: Bundle) -> tuple[dict[str, float], dict[str, float]] | None:
+def comm_shares(bundle: Bundle) -> tuple[dict[str, float], dict[str, float]] | None:
     """Exposed and overlapped time per collective type as shares of the profiled steps'
     windows, over all profiled ranks and steps.
     """
@@ -376,7 +367,7 @@ def exposed_communication(c: Comparison) -> Figure | None:
     """
     rows = []
     for g in figure_order(c):
-        found = next((s for b in g.bundles if (s := _comm_shares(b)) is not None), None)
+        found = next((s for b in g.bundles if (s := comm_shares(b)) is not None), None)
         if found is not None:
             rows.append((_name(c, g), *found))
     if not rows:

@@ -14,18 +14,22 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from kit.analysis.labels import rank_device
+from kit.analysis.labels import chassis_assumed, rank_device
 from kit.analysis.plots_common import (
     STATUS_COLOR,
     category_colors,
     colors,
+    label_width,
     legend_outside,
+    legends_width,
     mark_steps,
+    place_axes,
     set_time_axis,
     share_bars,
     step_handles,
     time_label,
     title,
+    title_height,
 )
 from kit.analysis.run_view import DeviceSeries, RunView, Scales
 from kit.telemetry.fields import THROTTLE_BITS
@@ -82,7 +86,7 @@ def power_timeline(view: RunView, scales: Scales) -> Figure | None:
     if view.axis is None or not (view.power or view.temp):
         return None
     panels = [p for p in ("power", "temp") if (view.power if p == "power" else view.temp)]
-    fig = Figure(figsize=(11, 1.4 + 2.4 * len(panels)), layout="constrained")
+    fig = Figure(figsize=(11, 1.4 + 2.4 * len(panels)))
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, panel in zip(axes, panels, strict=True):
         mark_steps(ax, view.axis)
@@ -104,7 +108,8 @@ def power_timeline(view: RunView, scales: Scales) -> Figure | None:
             _legend(ax, handles, names, extra)  # once, unless devices differ
         set_time_axis(ax, view.axis)
     axes[-1].set_xlabel(time_label(view.axis))
-    title(fig, "Power and temperature per device", view)
+    lines = title(fig, "Power and temperature per device", view)
+    place_axes(fig, 0.8, legends_width(fig) + 0.15, title_height(lines), 0.55, gap=0.25)
     return fig
 
 
@@ -137,8 +142,13 @@ def chassis_heatmaps(view: RunView, scales: Scales) -> Figure | None:
     quantities = [("temp_mean", "mean GPU temperature", "°C", "inferno", scales.temp_mean_c),
                   ("power_mean", "mean power", "W", "viridis", scales.power_mean_w)]
     fig = Figure(figsize=(max(min(1.2 + 1.7 * len(cols) * len(nodes), 16) + 1.4, 8.5),
-                          1.5 + 2 * (0.5 + 0.75 * len(rows))), layout="constrained")
+                          1.5 + 2 * (0.5 + 0.75 * len(rows))))
     axes = fig.subplots(2, len(nodes), squeeze=False)
+    assumed = chassis_assumed(view.bundle.manifest.platform)
+    lines = title(fig, f"Per GPU over the {view.scope}, by chassis position (row 0: air "
+                  "inlet)" + ("; positions ASSUMED by the platform profile" if assumed else ""),
+                  view)
+    place_axes(fig, 0.95, 0.3, title_height(lines) + 0.1, 0.35, gap=0.55)
     for r, (key, name, unit, cmap_name, span) in enumerate(quantities):
         cmap = colormaps[cmap_name]
         norm = Normalize(*span) if span else Normalize(0, 1)
@@ -152,7 +162,8 @@ def chassis_heatmaps(view: RunView, scales: Scales) -> Figure | None:
                 if value is not None:
                     grid[y, x] = value
                 role = view.role(node, p["device"])
-                text = (f"{p['slot']}\n{role.role if role else 'no samples'}\n"
+                slot = f"{p['slot']} (assumed)" if assumed else p["slot"]
+                text = (f"{slot}\n{role.role if role else 'no samples'}\n"
                         + (f"{value:.0f} {unit}" if value is not None else "n/a"))
                 dark = value is not None and _luminance(cmap(norm(value))) < 0.5
                 ax.text(x, y, text, ha="center", va="center", fontsize=7,
@@ -163,8 +174,8 @@ def chassis_heatmaps(view: RunView, scales: Scales) -> Figure | None:
             ax.set_yticks(range(len(rows)), [f"row {y}" + (" (front)" if y == 0 else "")
                                              for y in rows], fontsize=7)
             ax.set_title(f"node {node}: {name}", fontsize=8.5)
-        fig.colorbar(image, ax=list(axes[r]), label=f"{name} ({unit})", shrink=0.9)
-    title(fig, f"Per GPU over the {view.scope}, by chassis position (row 0: air inlet)", view)
+        fig.colorbar(image, ax=list(axes[r]), label=f"{name} ({unit})", shrink=0.9,
+                     fraction=0.05, pad=0.02)
     return fig
 
 
@@ -208,7 +219,7 @@ def clock_and_throttle(view: RunView, scales: Scales) -> Figure | None:
     """SM clock of every device over time, and when each throttle reason was active."""
     if view.axis is None or not (view.clock or view.throttle):
         return None
-    fig = Figure(figsize=(11, 5.6), layout="constrained")
+    fig = Figure(figsize=(11, 5.6))
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     mark_steps(top, view.axis)
     handles, names = _lines(top, view, view.clock)
@@ -232,7 +243,9 @@ def clock_and_throttle(view: RunView, scales: Scales) -> Figure | None:
                     transform=bottom.transAxes, fontsize=9, color="0.3")
     set_time_axis(bottom, view.axis)
     bottom.set_xlabel(time_label(view.axis))
-    title(fig, "SM clock and throttle reasons (band height: share of devices)", view)
+    lines = title(fig, "SM clock and throttle reasons (band height: share of devices)", view)
+    place_axes(fig, 1.0, max(legends_width(fig), 1.1) + 0.15, title_height(lines), 0.55,
+               gap=0.25)
     return fig
 
 
@@ -245,7 +258,7 @@ def kernel_breakdown(times: dict[str, dict[str, float]], view: RunView) -> Figur
     cats = [c for c, _ in CATEGORIES] + [OTHER]
     palette = category_colors()
     ranks = {r.rank: r for r in view.bundle.manifest.ranks}
-    fig = Figure(figsize=(11, 1.9 + 0.5 * len(times)), layout="constrained")
+    fig = Figure(figsize=(11, 1.9 + 0.5 * len(times)))
     ax = fig.add_subplot()
     manifest = view.bundle.manifest
     rows = []
@@ -258,5 +271,7 @@ def kernel_breakdown(times: dict[str, dict[str, float]], view: RunView) -> Figur
         rows.append((f"{trace}" + (f" ({role.role})" if role else "")
                      + f"\n{total * 1e3:.3g} ms", {c: v / total for c, v in totals.items()}))
     share_bars(ax, rows, cats, palette, "share of kernel time")
-    title(fig, "Kernel time by category, per profiled trace", view)
+    lines = title(fig, "Kernel time by category, per profiled trace", view)
+    place_axes(fig, label_width([name for name, _ in rows], 7.5) + 0.3,
+               legends_width(fig) + 0.15, title_height(lines), 0.5)
     return fig

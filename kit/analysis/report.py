@@ -1,11 +1,16 @@
 """Assemble a report on bundles: the comparison, its checks and every figure, as one file.
 
-HTML is self-contained: figures are PNGs embedded as base64 ``data:`` URIs and the style is
-inline, so the file can be mailed or attached as is. Markdown writes the same figures as PNG
-files in a folder beside the report (``<name>_figures/``) and links them relatively, which is
-what Markdown viewers render. Both open with a table of contents.
+Figures are PNG files in a folder beside the report (``<name>_figures/``), linked relatively,
+so a report of 100 bundles stays a small page that a browser renders quickly; HTML with
+``single_file`` embeds them as base64 ``data:`` URIs instead, so the file can be mailed as is.
+Each figure is drawn once, the figures of all bundles in parallel on the host's cores
+(:mod:`kit.analysis.figure_render`). Both formats open with a table of contents, then the
+sections a caller puts first (the study's Findings: :class:`LeadSection`), then the ranking of
+configurations (:mod:`kit.analysis.ranking`). The HTML is readable on a narrow screen (a
+viewport tag; tables scroll sideways in their own box).
 
-Figures across configurations come first (:mod:`kit.analysis.plots_cross`), then one section
+Figures across configurations come first (:mod:`kit.analysis.plots_cross`, the study's
+:mod:`kit.analysis.plots_study`), then one section
 per bundle, named by its configuration (:mod:`kit.analysis.plots_run`). Each figure has a
 stable id and a caption; a figure a bundle cannot have is replaced by a note saying why, from
 what the bundle holds (no samples, the sampler off, a field's recorded reason, no chassis
@@ -19,7 +24,8 @@ its checks, and its own section says what failed.
 
 import base64
 import html
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -27,12 +33,23 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from tabulate import tabulate
 
-from kit.analysis import plots_cross, plots_experts, plots_run
+from kit.analysis import plots_cross, plots_experts, plots_run, plots_study
 from kit.analysis.compare import Comparison, Group, compare_bundles
 from kit.analysis.compare_format import check_lines, metric_grids, table_notes
+from kit.analysis.figure_render import map_forked, render_all
 from kit.analysis.kernels import kernel_times
-from kit.analysis.labels import layout_label, shared_phrase
-from kit.analysis.plots_common import png_bytes
+from kit.analysis.labels import chassis_assumed, layout_label, shared_phrase
+from kit.analysis.ranking import (
+    ENERGY_CHECK_LIMIT,
+    energy_check,
+    instantaneous,
+    power_samples,
+    ranking_html,
+    ranking_notes,
+    ranking_text,
+    window_s,
+    window_short,
+)
 from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
 from kit.analysis.stragglers import straggler_line
@@ -64,11 +81,34 @@ class Section:
     bundle: Bundle
     facts: list[tuple[str, str]]
     figures: list[FigureItem]
+    """Figures (:class:`FigureJob` until drawn)."""
 
 
-def _item(fig_id: str, title: str, caption: str, fig: Figure | None, note: str) -> FigureItem:
-    return FigureItem(fig_id, title, caption, png_bytes(fig) if fig is not None else None,
-                      "" if fig is not None else note)
+@dataclass(frozen=True)
+class FigureJob:
+    """A figure still to draw: ``draw`` builds it, or returns None (then ``note`` says why)."""
+
+    id: str
+    title: str
+    caption: str
+    draw: Callable[[], Figure | None]
+    note: str
+
+
+@dataclass(frozen=True)
+class LeadSection:
+    """A section a caller puts first in the report, before the ranking (the study's Findings).
+
+    Its body is given already rendered for each format; its figures are written and linked
+    (or inlined) like the report's own, after the body.
+    """
+
+    id: str
+    title: str
+    html: str
+    """The section's body as HTML (escaped by the caller)."""
+    markdown: str
+    figures: list[FigureItem] = field(default_factory=list)
 
 
 def _field_reason(bundle: Bundle, name: str) -> str:
@@ -121,6 +161,54 @@ def _telemetry_fact(view: RunView) -> str:
             f"{'s' if len(series) > 1 else ''}), {view.period_text()}")
 
 
+def _pct(value: float) -> str:
+    return f"{value * 100:+.1f}%"
+
+
+def _energy_fact(bundle: Bundle) -> str:
+    """The energy cross-checks (counter against the power integral and Zeus), flagged above
+    :data:`ENERGY_CHECK_LIMIT`."""
+    power = bundle.metrics.power
+    parts = [f"{name} {_pct(v)}" for key, name in (
+        ("counter_vs_integral", "counter vs power integral"),
+        ("zeus_vs_counter", "Zeus vs counter")) if isinstance(v := power.get(key), int | float)]
+    if not parts:
+        return "no cross-check recorded in this bundle"
+    worst = energy_check(bundle) or 0.0
+    flag = (f"; DISAGREE by more than {ENERGY_CHECK_LIMIT:.0%}: energy per token is uncertain "
+            "by as much" if worst > ENERGY_CHECK_LIMIT else f"; within {ENERGY_CHECK_LIMIT:.0%}")
+    return ", ".join(parts) + flag
+
+
+def _peak_fact(bundle: Bundle) -> str | None:
+    """What peak power, peak-to-mean and excursions rest on: the field, samples and window."""
+    exact = instantaneous(bundle)
+    if exact is None:
+        return None
+    what = ("instantaneous (the highest power_w sample)" if exact else
+            "from the driver's averaged power (it smooths peaks)")
+    samples, window = power_samples(bundle), window_s(bundle)
+    rests = (f"; rests on {samples:.0f} samples per GPU (fewest)" if samples is not None
+             else "") + (f" over a {window:.1f} s window" if window is not None else "")
+    short = ("; WINDOW TOO SHORT for meaningful peaks (fewer samples than the minimum, "
+             "docs/metrics.md)" if window_short(bundle) else "")
+    return what + rests + short
+
+
+def _temp_fact(bundle: Bundle) -> str | None:
+    """Whether each GPU's temperature reached a steady state within the window."""
+    slopes = [(d.get("device"), d.get("temp_slope_c_per_min"), d.get("temp_steady"))
+              for d in bundle.metrics.per_device]
+    known = [(dev, slope, steady) for dev, slope, steady in slopes if steady is not None]
+    if not known:
+        return None
+    rising = [f"dev{dev} {slope:+.1f} °C/min" if isinstance(slope, int | float) else f"dev{dev}"
+              for dev, slope, steady in known if not steady]
+    if not rising:
+        return f"steady within the window on all {len(known)} GPUs"
+    return f"NOT steady at the window's end (still changing): {', '.join(rising)}"
+
+
 def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
     m = bundle.manifest
     verified = ("yes: checksums and schemas match" if bundle.verification_error is None else
@@ -138,6 +226,9 @@ def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
              ("engine and layout", layout_label(m.config)),
              ("dtype", m.config["dtype"]),
              ("telemetry", _telemetry_fact(view)),
+             *((("peak power", peak),) if (peak := _peak_fact(bundle)) else ()),
+             ("energy cross-check", _energy_fact(bundle)),
+             *((("temperature", temp),) if (temp := _temp_fact(bundle)) else ()),
              ("stragglers", straggler_line(bundle.metrics.stragglers)),
              ("created", m.created_utc)]
     scaling = m.workload.get("scaling")
@@ -168,28 +259,35 @@ def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
         f" (run {group.bundles.index(bundle) + 1} of {len(group.bundles)})")
     name = f"{group.short}{where}"
     no_profile = "no profile in this bundle (charllm-kit run --profile records one)"
+    short = (" The measured window was too short for meaningful peaks: fewer power samples "
+             "than the minimum (docs/metrics.md)." if window_short(bundle) else "")
+    temp = _temp_fact(bundle)
+    steady = f" Temperature: {temp}." if temp else ""
+    assumed = (" Chassis positions are ASSUMED by the platform profile, not read from this "
+               "system." if chassis_assumed(bundle.manifest.platform) else "")
     figures = [
-        _item(f"power-timeline-{n}", "power and temperature",
-              "Power (with the power limit) and temperature of every device over time, step "
-              f"windows shaded: {name}.", plots_run.power_timeline(view, scales),
-              _no_samples_reason(bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
-        _item(f"chassis-heatmap-{n}", "chassis heatmaps",
-              f"Mean temperature and power per GPU over the {view.scope}, by node and chassis "
-              f"position: {name}.", plots_run.chassis_heatmaps(view, scales),
-              _no_heatmap_reason(view)),
-        _item(f"clock-throttle-{n}", "SM clock and throttling",
-              f"SM clock and active throttle reasons over time: {name}.",
-              plots_run.clock_and_throttle(view, scales),
-              _no_samples_reason(bundle, ("clock_sm_mhz", "throttle"))),
-        _item(f"kernel-breakdown-{n}", "kernel time", f"Kernel time by category: {name}.",
-              plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
+        FigureJob(f"power-timeline-{n}", "power and temperature",
+                  "Power (with the power limit) and temperature of every device over time, step "
+                  f"windows shaded: {name}.{short}{steady}",
+                  lambda: plots_run.power_timeline(view, scales),
+                  _no_samples_reason(bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
+        FigureJob(f"chassis-heatmap-{n}", "chassis heatmaps",
+                  f"Mean temperature and power per GPU over the {view.scope}, by node and chassis "
+                  f"position: {name}.{assumed}", lambda: plots_run.chassis_heatmaps(view, scales),
+                  _no_heatmap_reason(view)),
+        FigureJob(f"clock-throttle-{n}", "SM clock and throttling",
+                  f"SM clock and active throttle reasons over time: {name}.",
+                  lambda: plots_run.clock_and_throttle(view, scales),
+                  _no_samples_reason(bundle, ("clock_sm_mhz", "throttle"))),
+        FigureJob(f"kernel-breakdown-{n}", "kernel time", f"Kernel time by category: {name}.",
+                  lambda: plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
     ]
     if bundle.experts is not None:  # mixture-of-experts runs only
-        figures.append(_item(
+        figures.append(FigureJob(
             f"expert-load-{n}", "tokens per expert",
             "Tokens each expert received over the measured steps relative to an even share, "
             f"per MoE layer, and the busiest expert over the mean per step: {name}.",
-            plots_experts.expert_load(view), "no measured step counted its routing"))
+            lambda: plots_experts.expert_load(view), "no measured step counted its routing"))
     return Section(f"bundle-{n}", name, bundle, _facts(bundle, view), figures)
 
 
@@ -202,83 +300,137 @@ class Report:
     """Figures across configurations (and notes for those no bundle can have)."""
     sections: list[Section]
     created_utc: str
+    lead: list[LeadSection] = field(default_factory=list)
+    """Sections shown first (the study's Findings), in order."""
 
 
-def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureItem]:
+def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureJob]:
     """Figures across configurations; ``views`` holds each group's first run, by label."""
     shared = f" All configurations: {shared_phrase(c.shared)}." if c.shared else ""
     no_gpu = "no bundle has per-GPU telemetry"
     no_profile = "no bundle has a profile breakdown (charllm-kit run --profile records one)"
     items = [
-        _item("config-bars", "Throughput, MFU, energy, peak power",
-              "Throughput, MFU, energy per token and peak power per configuration, by workload "
-              "and fastest first; failed runs are marked, unmeasured values say n/a."
-              + shared,
-              plots_cross.configuration_bars(c), ""),
-        _item("efficiency", "Energy efficiency",
-              "Throughput against energy per token, colour = mean power per device; samples "
-              f"(sequences) per MJ of device energy beside it.{shared}",
-              plots_cross.efficiency(c),
-              "no configuration measured both throughput and energy per token"),
-        _item("per-gpu", "Power, temperature and SM clock per GPU",
-              "Per GPU and configuration: mean and peak power, mean and max temperature, mean "
-              "and lowest SM clock over the measured steps of the configuration's first run."
-              + shared, plots_cross.per_gpu(c, views), no_gpu),
-        _item("gpu-heatmap", "GPUs in node order",
-              "GPUs in node order per configuration: mean temperature, power and link traffic "
-              f"over the measured steps, one colour scale each.{shared}",
-              plots_cross.gpu_heatmap(c, views), no_gpu),
-        _item("profile-breakdowns", "Time by category per pipeline stage",
-              "Share of the profiled steps per category, per configuration and pipeline stage "
-              f"(kit.analysis.kernels).{shared}", plots_cross.stage_breakdown(c), no_profile),
-        _item("exposed-comm", "Exposed communication",
-              "Communication per configuration and collective type: exposed (nothing computed "
-              f"meanwhile) and overlapped with compute, as shares of the profiled steps.{shared}",
-              plots_cross.exposed_communication(c), no_profile),
+        FigureJob("config-bars", "Throughput, MFU, energy, peak power",
+                  "Throughput, MFU, energy per token, peak power and time in power excursions per "
+                  "configuration, by workload "
+                  "and fastest first; failed runs are marked, unmeasured values say n/a."
+                  + shared,
+                  lambda: plots_cross.configuration_bars(c), ""),
+        FigureJob("efficiency", "Energy efficiency",
+                  "Throughput against energy per token, colour = mean power per device; samples "
+                  f"(sequences) per MJ of device energy beside it.{shared}",
+                  lambda: plots_cross.efficiency(c),
+                  "no configuration measured both throughput and energy per token"),
+        FigureJob("per-gpu", "Power, temperature and SM clock per GPU",
+                  "Per GPU and configuration: mean and peak power, mean and max temperature, mean "
+                  "and lowest SM clock over the measured steps of the configuration's first run."
+                  + shared, lambda: plots_cross.per_gpu(c, views), no_gpu),
+        FigureJob("gpu-heatmap", "GPUs in node order",
+                  "GPUs in node order per configuration: mean temperature, power and link traffic "
+                  f"over the measured steps, one colour scale each.{shared}",
+                  lambda: plots_cross.gpu_heatmap(c, views), no_gpu),
+        FigureJob("profile-breakdowns", "Time by category per pipeline stage",
+                  "Share of the profiled steps per category, per configuration and pipeline stage "
+                  f"(kit.analysis.kernels).{shared}", lambda: plots_cross.stage_breakdown(c),
+                  no_profile),
+        FigureJob("exposed-comm", "Exposed communication",
+                  "Communication per configuration and collective type: exposed (nothing "
+                  "computed meanwhile) and overlapped with compute, as shares of the profiled "
+                  f"steps.{shared}",
+                  lambda: plots_cross.exposed_communication(c), no_profile),
     ]
-    fabric = plots_cross.fabric_busbw(fabric_curves(c.bundles))
-    if fabric is not None:
-        items.append(_item("fabric-busbw", "Fabric bus bandwidth",
-                           "Fabric bus bandwidth against message size (charllm-kit fabric).",
-                           fabric, ""))
+    items += [
+        FigureJob("sweep", "Against the swept parameter",
+                  "Throughput, MFU, mean and peak power, energy per token, excursion time and "
+                  "exposed communication against the parameter the configurations sweep, one "
+                  f"line per layout (the configuration's median over repeats).{shared}",
+                  lambda: plots_study.sweep_lines(c),
+                  "the configurations do not sweep one parameter (micro-batch size or a "
+                  "parallel degree) with the rest of their layout fixed"),
+        FigureJob("link-traffic", "Link traffic over time",
+                  "NVLink/xGMI and PCIe bytes per second of all GPUs over time, one line per "
+                  f"layout (its first run), from the first measured step.{shared}",
+                  lambda: plots_study.link_timelines(c, views),
+                  "no bundle recorded link or PCIe byte counters"),
+        FigureJob("position-timelines", "Temperature and SM clock per position",
+                  "Temperature and SM clock at each chassis position over time, one line per "
+                  f"layout (its first run; dashed: did not end ok).{shared}",
+                  lambda: plots_study.position_timelines(c, views), no_gpu),
+        FigureJob("throttle-timelines", "Throttle reasons over time",
+                  "Share of each layout's GPUs held by each active throttle reason over "
+                  f"time.{shared}", lambda: plots_study.throttle_timelines(c, views),
+                  "no throttle reason was recorded active in any run"),
+    ]
+    curves = fabric_curves(c.bundles)
+    if curves:
+        items.append(FigureJob("fabric-busbw", "Fabric bus bandwidth",
+                               "Fabric bus bandwidth against message size (charllm-kit fabric).",
+                               lambda: plots_cross.fabric_busbw(curves), ""))
     return items
 
 
+def _drawn(jobs: list[FigureJob], pngs: dict[str, bytes | None]) -> list[FigureItem]:
+    return [FigureItem(j.id, j.title, j.caption, pngs[j.id], "" if pngs[j.id] else j.note)
+            for j in jobs]
+
+
+def _views(bundles: list[Bundle]) -> dict[int, RunView]:
+    """Each bundle's view by ``id(bundle)``, made in forked workers (the bundle itself stays
+    here: only the view's own data comes back)."""
+    def view(index: int) -> RunView:
+        return replace(run_view(bundles[index]), bundle=None)  # type: ignore[arg-type]
+
+    made = map_forked(view, len(bundles))
+    return {id(b): replace(v, bundle=b) for b, v in zip(bundles, made, strict=True)}
+
+
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
-                 baseline: str | Path | None = None) -> Report:
-    """Verify and compare the bundles and draw every figure.
+                 baseline: str | Path | None = None,
+                 lead: Sequence[LeadSection] = ()) -> Report:
+    """Verify and compare the bundles and draw every figure (once each, in parallel).
 
     Args:
         paths: Bundle directories or sweep folders (:mod:`kit.analysis.inputs`).
         allow_unverified: Report bundles that fail verification (marked) instead of refusing.
         baseline: The bundle the comparison relates the others to (it must have ended ok).
+        lead: Sections to put first, before the ranking (the study's Findings).
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
     c = compare_bundles(paths, baseline, allow_unverified=allow_unverified)
-    views = {id(b): run_view(b) for b in c.bundles if b.projection is None}
+    views = _views([b for b in c.bundles if b.projection is None])
     scales = Scales.of(list(views.values()))
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
     group_of = {id(b): g for g in c.groups for b in g.bundles}
     sections = [_projection_section(n, group_of[id(b)], b) if b.projection is not None
                 else _section(n, group_of[id(b)], views[id(b)], scales)
                 for n, b in enumerate(c.bundles, 1)]
-    return Report(c, _across(c, first), sections,
-                  datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    across = _across(c, first)
+    jobs = across + [j for s in sections for j in s.figures]
+    pngs = dict(zip((j.id for j in jobs), render_all([j.draw for j in jobs]), strict=True))
+    sections = [Section(s.id, s.title, s.bundle, s.facts, _drawn(s.figures, pngs))
+                for s in sections]
+    return Report(c, _drawn(across, pngs), sections,
+                  datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), list(lead))
 
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222;
+       padding: 0 0.6em; overflow-wrap: anywhere; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0; overflow-wrap: normal; }
+.scroll { overflow-x: auto; max-width: 100%; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { white-space: pre-line; background: #f3f3f3; vertical-align: bottom; }
 td:first-child, th:first-child { text-align: left; }
-figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+table.ranking td:nth-child(2) { text-align: left; white-space: nowrap; }
+tr.workload th { text-align: left; background: #e4e9f0; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { font-size: 0.9em; color: #444; } .note { color: #a05000; font-style: italic; }
 .checks li { margin: 0.3em 0; } dl { display: grid; grid-template-columns: max-content auto; }
-dt { font-weight: bold; padding-right: 1em; } dd { margin: 0; }
+dt { font-weight: bold; padding-right: 1em; } dd { margin: 0; min-width: 0; }
 nav { font-size: 0.9em; } .sub { color: #666; font-size: 0.9em; }
+@media (max-width: 600px) { dl { grid-template-columns: auto; } }
 """
 
 
@@ -306,21 +458,29 @@ def _intro(report: Report) -> str:
 
 def _contents(report: Report) -> list[tuple[int, str, str]]:
     """(level, anchor, title) of every part, for the table of contents."""
-    items = [(1, "comparison", "Comparison"), (1, "comparability", "Comparability"),
-             (1, "across", "Across configurations")]
+    items = [(1, lead.id, lead.title) for lead in report.lead]
+    items += [(1, "comparison", "Comparison"), (1, "comparability", "Comparability"),
+              (1, "across", "Across configurations")]
     items += [(2, f.id, f.title) for f in report.across]
     items += [(1, "runs", "Runs")]
     items += [(2, s.id, f"{n}. {s.title}") for n, s in enumerate(report.sections, 1)]
     return items
 
 
-def _html_figure(item: FigureItem) -> str:
+def figure_file(item: FigureItem) -> str:
+    """The file name of a figure in the report's figure folder."""
+    return f"{item.id}.png"
+
+
+def _html_figure(item: FigureItem, folder: str | None) -> str:
+    """A figure linked from ``folder``, or inlined as a ``data:`` URI when ``folder`` is None."""
     caption = html.escape(item.caption)
     if item.png is None:
         return (f'<figure id="{item.id}"><p class="note">{html.escape(item.note)}</p>'
                 f"<figcaption>{caption}</figcaption></figure>")
-    data = base64.b64encode(item.png).decode("ascii")
-    return (f'<figure id="{item.id}"><img src="data:image/png;base64,{data}" '
+    src = (f"data:image/png;base64,{base64.b64encode(item.png).decode('ascii')}"
+           if folder is None else f"{html.escape(folder)}/{figure_file(item)}")
+    return (f'<figure id="{item.id}"><img src="{src}" '
             f'alt="{caption}"><figcaption>{caption}</figcaption></figure>')
 
 
@@ -341,29 +501,43 @@ def _html_contents(report: Report) -> str:
     return f"<nav><h2>Contents</h2><ul>{items}</ul></nav>"
 
 
-def render_html(report: Report) -> str:
-    """The report as one self-contained HTML page."""
+def _all_metrics_html(c: Comparison) -> str:
+    """Every metric of every configuration (per-reason throttling, stragglers) and against the
+    baseline, folded under the ranking."""
+    grids = "".join(f'<div class="scroll">{g}</div>' for g in metric_grids(c, "\n", "html"))
+    notes = "".join(f"<p>{html.escape(n)}</p>" for n in table_notes(c))
+    return f"<details><summary>All metrics</summary>{grids}{notes}</details>"
+
+
+def render_html(report: Report, folder: str | None = None) -> str:
+    """The report as one HTML page; figures linked from ``folder`` (relative to the page), or
+    inlined when it is None."""
     c = report.comparison
     checks = "".join(f"<li>{html.escape(line)}</li>" for line in check_lines(c.checks))
-    notes = "".join(f"<p>{html.escape(n)}</p>" for n in table_notes(c))
     warning = _unverified_warning(report)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>charllm-kit report</title>", f"<style>{_STYLE}</style></head><body>",
         "<h1>charllm-kit report</h1>", f"<p>{html.escape(_intro(report))}</p>",
         *([f'<p class="note" id="unverified">{html.escape(warning)}</p>'] if warning else []),
         _html_contents(report),
-        '<h2 id="comparison">Comparison</h2>', *metric_grids(c, "\n", "html"), notes,
+    ]
+    for lead in report.lead:
+        parts += [f'<h2 id="{lead.id}">{html.escape(lead.title)}</h2>', lead.html,
+                  *(_html_figure(f, folder) for f in lead.figures)]
+    parts += [
+        '<h2 id="comparison">Comparison</h2>', ranking_html(c), _all_metrics_html(c),
         '<h2 id="comparability">Comparability</h2>', f'<ul class="checks">{checks}</ul>',
         '<h2 id="across">Across configurations</h2>',
-        *(_html_figure(a) for a in report.across),
+        *(_html_figure(a, folder) for a in report.across),
         '<h2 id="runs">Runs</h2>',
     ]
     for n, s in enumerate(report.sections, 1):
         facts = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in s.facts)
         parts += [f'<h3 id="{s.id}">{n}. {html.escape(s.title)}</h3>',
                   f'<p class="sub">{html.escape(s.bundle.path.name)}</p>',
-                  f"<dl>{facts}</dl>", *(_html_figure(f) for f in s.figures)]
+                  f"<dl>{facts}</dl>", *(_html_figure(f, folder) for f in s.figures)]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -371,12 +545,18 @@ def render_html(report: Report) -> str:
 def _md_figure(item: FigureItem, folder: str) -> str:
     if item.png is None:
         return f'<a id="{item.id}"></a>\n\n*{item.caption}* {item.note}.'
-    return (f'<a id="{item.id}"></a>\n\n![{item.title}]({folder}/{item.id}.png)\n\n'
+    return (f'<a id="{item.id}"></a>\n\n![{item.title}]({folder}/{figure_file(item)})\n\n'
             f"*{item.caption}*")
 
 
-def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]:
-    """The report as Markdown, and its figures as ``{file name: PNG}`` for ``folder``."""
+def _figures(report: Report) -> list[FigureItem]:
+    """Every figure of the report, in page order."""
+    return [*(f for lead in report.lead for f in lead.figures), *report.across,
+            *(f for s in report.sections for f in s.figures)]
+
+
+def render_markdown(report: Report, folder: str) -> str:
+    """The report as Markdown, its figures linked from ``folder``."""
     c = report.comparison
     checks = "\n".join(f"- {line}" for line in check_lines(c.checks))
     warning = _unverified_warning(report)
@@ -386,7 +566,13 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
         "# charllm-kit report", _intro(report),
         *([f"**{warning}**"] if warning else []),
         "## Contents", contents,
-        '<a id="comparison"></a>\n\n## Comparison', *metric_grids(c, "<br>", "github"),
+    ]
+    for lead in report.lead:
+        parts += [f'<a id="{lead.id}"></a>\n\n## {lead.title}', lead.markdown,
+                  *(_md_figure(f, folder) for f in lead.figures)]
+    parts += [
+        '<a id="comparison"></a>\n\n## Comparison', ranking_text(c, "github"),
+        *ranking_notes(c), "### All metrics", *metric_grids(c, "<br>", "github"),
         *table_notes(c),
         '<a id="comparability"></a>\n\n## Comparability', checks,
         '<a id="across"></a>\n\n## Across configurations',
@@ -397,26 +583,33 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
         facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
         parts += [f'<a id="{s.id}"></a>\n\n### {n}. {s.title}', facts,
                   *(_md_figure(f, folder) for f in s.figures)]
-    items = [*report.across, *(f for s in report.sections for f in s.figures)]
-    pngs = {f"{i.id}.png": i.png for i in items if i.png is not None}
-    return markdown_safe("\n\n".join(parts) + "\n"), pngs
+    return markdown_safe("\n\n".join(parts) + "\n")
 
 
 def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
-                 allow_unverified: bool = False,
-                 baseline: str | Path | None = None) -> list[Path]:
-    """Build the report on ``paths`` and write it to ``out``; return the files written."""
-    report = build_report(paths, allow_unverified, baseline)
+                 allow_unverified: bool = False, baseline: str | Path | None = None,
+                 single_file: bool = False, lead: Sequence[LeadSection] = ()) -> list[Path]:
+    """Build the report on ``paths`` and write it to ``out``, its figures into
+    ``<stem>_figures/`` beside it (inlined instead with ``single_file``, HTML only); return the
+    files written, the report first."""
+    return write_built(build_report(paths, allow_unverified, baseline, lead), out, markdown,
+                       single_file)
+
+
+def write_built(report: Report, out: Path, markdown: bool = False,
+                single_file: bool = False) -> list[Path]:
+    """Write a built report to ``out`` (see :func:`write_report`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not markdown:
+    if single_file and not markdown:
         out.write_text(render_html(report), encoding="utf-8")
         return [out]
     folder = out.parent / f"{out.stem}_figures"
-    text, pngs = render_markdown(report, folder.name)
     folder.mkdir(exist_ok=True)
     written = [out]
-    for name, png in pngs.items():
-        (folder / name).write_bytes(png)
-        written.append(folder / name)
+    for item in _figures(report):
+        if item.png is not None:
+            (folder / figure_file(item)).write_bytes(item.png)
+            written.append(folder / figure_file(item))
+    text = render_markdown(report, folder.name) if markdown else render_html(report, folder.name)
     out.write_text(text, encoding="utf-8")
     return written

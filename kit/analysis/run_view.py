@@ -276,7 +276,10 @@ class Scales:
                  for f in (np.min, np.max)] + [c for v in views for c in v.clock_max_mhz]
         temp = [float(f(x)) for v in views if len(x := visible(v, v.temp))
                 for f in (np.min, np.max)]
-        stats = [s for v in views for s in v.stats.values()]
+        # a failed run's idle GPUs would stretch the colour ranges of every run: ok runs set
+        # them when there are any (a value outside is drawn in the range's end colour)
+        ok = [v for v in views if v.bundle.manifest.status == "ok" and v.stats] or views
+        stats = [s for v in ok for s in v.stats.values()]
         return cls({kind: max(tops) * 1.08 for kind, tops in power.items() if tops},
                    (min(clock) * 0.95, max(clock) * 1.03) if clock else None,
                    (min(temp) - 2, max(temp) + 3) if temp else None,

@@ -91,6 +91,10 @@ class PlatformSpec(BaseModel):
     chassis: list[DevicePosition] = Field(
         default_factory=list, description="Physical position of each local device."
     )
+    chassis_assumed: bool = Field(
+        True, description="Whether ``chassis`` is an assumption (a typical board's layout, "
+        "not checked against this system's Module IDs and manual); figures then say the "
+        "positions are assumed. Set false in a site profile whose layout was checked.")
     scaling: dict[str, ScalingRule] = Field(
         default_factory=dict,
         description="Workloads that do not fit this platform, by name, and how to scale them.",
