@@ -95,7 +95,8 @@ def table(entries: list[dict], sweeps: dict[str, dict]) -> str:
              *(fmt((e.get("phases") or {}).get(k)) for k in START_PHASES),
              fmt(e.get("teardown_s"))] for e in entries]
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [head, *rows]]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False))
+             for r in [head, *rows]]
     lines.append("")
     lines += [f"sweep {name}: {s['ok']}/{s['points']} ok, wall {fmt(s['wall_s'])} s"
               f"{'' if s['complete'] else ' (not complete)'}" for name, s in sweeps.items()]
