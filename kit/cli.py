@@ -25,6 +25,7 @@ from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_ru
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget
 from kit.spec.resolve import RunRequest
+from kit.study.command import study
 
 if TYPE_CHECKING:
     from kit.sweep.spec import SweepSpec
@@ -319,6 +320,9 @@ def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json
     click.echo(plan_table(plan, jobs))
     click.echo("dry run: nothing launched" if jobs is None else
                "dry run: nothing submitted (--json prints each job's sbatch script)")
+
+
+cli.add_command(study)
 
 
 @cli.group()

@@ -19,7 +19,8 @@ its checks, and its own section says what failed.
 
 import base64
 import html
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -63,6 +64,21 @@ class Section:
     bundle: Bundle
     facts: list[tuple[str, str]]
     figures: list[FigureItem]
+
+
+@dataclass(frozen=True)
+class LeadSection:
+    """A section a caller puts first in the report, before the comparison (the study's Findings).
+
+    Its body is given already rendered for each format; its figures follow the body.
+    """
+
+    id: str
+    title: str
+    html: str
+    """The section's body as HTML (escaped by the caller)."""
+    markdown: str
+    figures: list[FigureItem] = field(default_factory=list)
 
 
 def _item(fig_id: str, title: str, caption: str, fig: Figure | None, note: str) -> FigureItem:
@@ -194,6 +210,8 @@ class Report:
     """Figures across configurations (and notes for those no bundle can have)."""
     sections: list[Section]
     created_utc: str
+    lead: list[LeadSection] = field(default_factory=list)
+    """Sections before the comparison, in order."""
 
 
 def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureItem]:
@@ -237,13 +255,15 @@ def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureItem]:
 
 
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
-                 baseline: str | Path | None = None) -> Report:
+                 baseline: str | Path | None = None,
+                 lead: Sequence[LeadSection] = ()) -> Report:
     """Verify and compare the bundles and draw every figure.
 
     Args:
         paths: Bundle directories or sweep folders (:mod:`kit.analysis.inputs`).
         allow_unverified: Report bundles that fail verification (marked) instead of refusing.
         baseline: The bundle the comparison relates the others to (it must have ended ok).
+        lead: Sections to put first, before the comparison (the study's Findings).
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
@@ -257,7 +277,7 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
                 else _section(n, group_of[id(b)], views[id(b)], scales)
                 for n, b in enumerate(c.bundles, 1)]
     return Report(c, _across(c, first), sections,
-                  datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                  datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), list(lead))
 
 
 _STYLE = """
@@ -298,7 +318,8 @@ def _intro(report: Report) -> str:
 
 def _contents(report: Report) -> list[tuple[int, str, str]]:
     """(level, anchor, title) of every part, for the table of contents."""
-    items = [(1, "comparison", "Comparison"), (1, "comparability", "Comparability"),
+    items = [(1, lead.id, lead.title) for lead in report.lead]
+    items += [(1, "comparison", "Comparison"), (1, "comparability", "Comparability"),
              (1, "across", "Across configurations")]
     items += [(2, f.id, f.title) for f in report.across]
     items += [(1, "runs", "Runs")]
@@ -345,6 +366,11 @@ def render_html(report: Report) -> str:
         "<h1>charllm-kit report</h1>", f"<p>{html.escape(_intro(report))}</p>",
         *([f'<p class="note" id="unverified">{html.escape(warning)}</p>'] if warning else []),
         _html_contents(report),
+    ]
+    for lead in report.lead:
+        parts += [f'<h2 id="{lead.id}">{html.escape(lead.title)}</h2>', lead.html,
+                  *(_html_figure(f) for f in lead.figures)]
+    parts += [
         '<h2 id="comparison">Comparison</h2>', *metric_grids(c, "\n", "html"), notes,
         '<h2 id="comparability">Comparability</h2>', f'<ul class="checks">{checks}</ul>',
         '<h2 id="across">Across configurations</h2>',
@@ -378,6 +404,11 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
         "# charllm-kit report", _intro(report),
         *([f"**{warning}**"] if warning else []),
         "## Contents", contents,
+    ]
+    for lead in report.lead:
+        parts += [f'<a id="{lead.id}"></a>\n\n## {lead.title}', lead.markdown,
+                  *(_md_figure(f, folder) for f in lead.figures)]
+    parts += [
         '<a id="comparison"></a>\n\n## Comparison', *metric_grids(c, "<br>", "github"),
         *table_notes(c),
         '<a id="comparability"></a>\n\n## Comparability', checks,
@@ -389,15 +420,20 @@ def render_markdown(report: Report, folder: str) -> tuple[str, dict[str, bytes]]
         facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
         parts += [f'<a id="{s.id}"></a>\n\n### {n}. {s.title}', facts,
                   *(_md_figure(f, folder) for f in s.figures)]
-    items = [*report.across, *(f for s in report.sections for f in s.figures)]
+    items = [*(f for lead in report.lead for f in lead.figures), *report.across,
+             *(f for s in report.sections for f in s.figures)]
     return "\n\n".join(parts) + "\n", {f"{i.id}.png": i.png for i in items if i.png is not None}
 
 
 def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
                  allow_unverified: bool = False,
-                 baseline: str | Path | None = None) -> list[Path]:
-    """Build the report on ``paths`` and write it to ``out``; return the files written."""
-    report = build_report(paths, allow_unverified, baseline)
+                 baseline: str | Path | None = None,
+                 lead: Sequence[LeadSection] = ()) -> list[Path]:
+    """Build the report on ``paths`` and write it to ``out``; return the files written.
+
+    ``lead``: sections to put first (:class:`LeadSection`).
+    """
+    report = build_report(paths, allow_unverified, baseline, lead)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not markdown:
         out.write_text(render_html(report), encoding="utf-8")
