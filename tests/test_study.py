@@ -177,7 +177,8 @@ def test_dry_run_for_four_h200s_fits_the_budget(cli):
 
 def test_bad_study_input_is_one_line(cli):
     for args, said in ((["--only", "bursts"], "unknown finding"),
-                       (["--devices", "3"], "--devices 3"), (["--platform", "nosuch"], "nosuch")):
+                       (["--devices", "3"], "--devices 3"), (["--platform", "nosuch"], "nosuch"),
+                       (["--only", "scale-up"], "no run of this node")):
         r = cli("study", "--dry-run", *args)
         assert r.returncode == 2, r.stderr
         assert r.stderr.startswith("error: ") and said in r.stderr, r.stderr

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 38: `charllm-kit study` on this GPU node, in one 10-minute device call that resumes.
-#   benchmarks/study/study_gpu.sh quick   the --quick form (4 H200s: about 7 min by its estimate)
-#   benchmarks/study/study_gpu.sh full    the whole study (4 H200s: about 13 min): call it again
+#   benchmarks/study/study_gpu.sh quick   the --quick form (4 H200s: about 6 min by its estimate)
+#   benchmarks/study/study_gpu.sh full    the whole study (4 H200s: about 10 min): call it again
 #                                         while the machine is warm and it resumes where it stopped
 #   benchmarks/study/study_gpu.sh plan    only the dry run of both forms (no GPU time)
 # The study folder lives in results/study/ (it persists while the machine stays warm). Each call

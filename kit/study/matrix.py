@@ -17,15 +17,17 @@ On the cpu platform the same matrix runs gpt3-tiny on two rank processes: a demo
 the pipeline, not of the hardware.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from kit.errors import KitInputError
 from kit.plan import plan_run
-from kit.spec.detect import detect_platform, local_accelerator_names
+from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import load_platform
 from kit.spec.resolve import RunRequest
 from kit.study.catalog import FINDING_IDS
+from kit.study.estimate import step_s
 from kit.sweep.spec import SweepSpec
 
 NODE_SIZES = (1, 2, 4, 8)
@@ -38,6 +40,11 @@ GPU_WORKLOADS = ("gpt3-175b-8l", "gpt3-175b-4l", "gpt3-13b", "gpt3-2.7b", "gpt3-
 its 8-layer cut is for 8 devices only (PP8 needs 8 layers; on 4 the 4-layer cut keeps the
 points short)."""
 CPU_WORKLOAD = "gpt3-tiny"
+WINDOW_S = {False: 10.0, True: 5.0}
+"""Measured seconds per GPU point (full, quick): a point of short steps (global batch 2) runs
+more of them, so that every point's peak power rests on about as many samples; a peak over
+fewer samples reads lower, and would bias the burst comparison."""
+MAX_STEPS = 50
 LAYOUT_FINDINGS = ("thermal-position", "pp-throttle", "tp-pp-links", "thermal-placement")
 
 
@@ -62,8 +69,8 @@ class Node:
 def detect_node(platform: str | None, devices: int | None) -> Node:
     """This node, or the one named (``platform``, ``devices``) for a dry run elsewhere.
 
-    Without ``devices``: every visible device of a detected GPU node (rounded down to 1, 2, 4
-    or 8), the platform's devices per node for a named one, 2 rank processes on cpu.
+    Without ``devices``: every visible device of this GPU node (rounded down to 1, 2, 4 or 8),
+    the platform's devices per node for one named that is not here, 2 rank processes on cpu.
 
     Raises:
         KitInputError: An unknown platform, a device count the study has no matrix for, or a
@@ -73,25 +80,30 @@ def detect_node(platform: str | None, devices: int | None) -> Node:
     if devices is None:
         if spec.is_cpu:
             devices = 2
-        elif platform is None:
+        elif platform_present(spec):
             found = len(local_accelerator_names())
             devices = max(n for n in NODE_SIZES if n <= max(found, 1))
-        elif spec.devices_per_node:
-            devices = min(spec.devices_per_node, max(NODE_SIZES))
+        else:
+            devices = min(spec.devices_per_node or 1, max(NODE_SIZES))
     if devices not in NODE_SIZES:
         raise KitInputError(f"--devices {devices}: the study has matrices for "
                             f"{', '.join(map(str, NODE_SIZES))} devices")
     return Node(spec.name, devices)
 
 
-def _layouts(n: int) -> dict[str, dict[str, Any]]:
-    """The study's layout families on ``n`` devices (DP explicit: the world is ``n``)."""
+def _layouts(n: int, cpu: bool) -> dict[str, dict[str, Any]]:
+    """The study's layout families on ``n`` devices (DP explicit: the world is ``n``).
+
+    Sequence parallelism wherever TP > 1, as in the study, except on cpu: megatron-core's
+    sequence-parallel gather in the backward of a recomputed layer allocates on the CUDA
+    device (mappings._gather_along_first_dim), so TP2 + SP + full recomputation fails there.
+    """
     if n == 1:
         return {"single": {"tp": 1, "pp": 1, "dp": 1}}
     half = n // 2
-    sp = {"sp": True} if half > 1 else {}
+    sp = {"sp": True} if half > 1 and not cpu else {}
     return {
-        "tp": {"tp": n, "pp": 1, "dp": 1, "sp": True},
+        "tp": {"tp": n, "pp": 1, "dp": 1, **({} if cpu else {"sp": True})},
         "tp_pp": {"tp": half, "pp": 2, "dp": 1, **sp},
         "pp": {"tp": 1, "pp": n, "dp": 1},
         "tp_dp": {"tp": half, "pp": 1, "dp": 2, "dist_optimizer": True, **sp},
@@ -130,7 +142,7 @@ class StudyMatrix:
 
 
 def _candidate_points(node: Node, quick: bool) -> list[StudyPoint]:
-    layouts = _layouts(node.devices)
+    layouts = _layouts(node.devices, node.is_cpu)
     full = {"recompute": "full", "overlap": False, "micro_batch_size": 1,
             "global_batch_size": GLOBAL_BATCH}
     names = ["tp", "tp_pp", "pp"] if quick and node.devices > 1 else list(layouts)
@@ -185,11 +197,22 @@ def _workload(node: Node, base: dict[str, Any], points: list[StudyPoint]) -> str
     return GPU_WORKLOADS[-1]
 
 
+def _timed(point: StudyPoint, base: dict[str, Any], window_s: float) -> StudyPoint:
+    """The point with enough measured steps to span about ``window_s`` (by the estimate)."""
+    try:
+        cfg = plan_run(RunRequest(**{**base, **point.values}), require_present=False).cfg
+    except KitInputError:
+        return point  # the sweep's plan says why it cannot run
+    steps = min(MAX_STEPS, max(base["steps"], math.ceil(window_s / step_s(cfg))))
+    return point if steps == base["steps"] else StudyPoint({**point.values, "steps": steps},
+                                                           point.findings)
+
+
 def build_matrix(node: Node, quick: bool, only: tuple[str, ...] = ()) -> StudyMatrix:
     """The study's runs on ``node``; ``only`` keeps the points of those findings.
 
-    Steps: the full form measures 8 steps after 2 warmup, ``quick`` 4 after 1 (4 GPUs: about
-    25 and 8 minutes, see :mod:`kit.study.estimate`); cpu 2 after 1.
+    Steps: the full form measures at least 8 steps after 2 warmup, ``quick`` 4 after 1, and on
+    GPUs as many more as span :data:`WINDOW_S` (see :mod:`kit.study.estimate`); cpu 2 after 1.
 
     Raises:
         KitInputError: An unknown finding id in ``only``.
@@ -203,8 +226,13 @@ def build_matrix(node: Node, quick: bool, only: tuple[str, ...] = ()) -> StudyMa
                             "telemetry_interval_ms": 0 if node.is_cpu else 20}
     points = _candidate_points(node, quick)
     base["workload"] = _workload(node, base, points)
+    if not node.is_cpu:
+        points = [_timed(p, base, WINDOW_S[quick]) for p in points]
     if only:
         points = [p for p in points if set(p.findings) & set(only)]
+        if not points:
+            raise KitInputError(f"--only {','.join(only)}: no run of this node serves "
+                                "these findings (docs/study.md)")
     wants_fabric = node.devices > 1 and (not only or "tp-pp-links" in only)
     fabric = None
     if wants_fabric:

@@ -88,7 +88,8 @@ def plan_text(planned: PlannedStudy) -> str:
                      tablefmt="simple", maxcolwidths=[None, 40, None, None, 60])
     valid = sum(p.valid for p in planned.plan)
     head = (f"study {m.name}: {m.workload} on {m.node.label}, "
-            f"{m.base['steps']} measured + {m.base['warmup']} warmup steps per point")
+            f"{m.base['steps']} measured + {m.base['warmup']} warmup steps per point"
+            + ("" if m.node.is_cpu else ", more where steps are short (steps<N> in the id)"))
     return (f"{head}\n{table}\n{len(planned.plan)} points: {valid} valid, "
             f"{len(planned.plan) - valid} skipped; estimated {fmt_duration(planned.total_s)} "
             "(start-up per point, steps at an assumed MFU, fabric and report; docs/study.md)")
