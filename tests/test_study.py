@@ -13,11 +13,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from kit.study.catalog import FINDING_IDS
 from kit.study.facts import read_facts
-from kit.study.verdicts import all_findings, microbatch_bursts, pp_throttle, thermal_position
+from kit.study.verdicts import (
+    all_findings,
+    microbatch_bursts,
+    pp_throttle,
+    thermal_position,
+    tp_pp_links,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("benchmarks/*/bundles/2*")])
@@ -142,6 +150,38 @@ def test_thermal_verdicts_separate_position_from_load(tmp_path):
     assert pp_throttle(facts).verdict == "disagrees"
     only_pipeline = [read_facts(scrambled[2])]
     assert thermal_position(only_pipeline).verdict == "not measurable here"
+
+
+def _with_links(path: Path, gbps: float) -> Path:
+    """The recorded bundle's step times, and link counters of 4 GPUs rising at ``gbps``."""
+    steps = pq.read_table(H200 / "steps.parquet")
+    pq.write_table(steps, path / "steps.parquet")
+    t0, t1 = min(steps["t_start"].to_pylist()), max(steps["t_end"].to_pylist())
+    times = [t0 + (t1 - t0) * i / 50 for i in range(51)]
+    rows = [(t, d, gbps * 1e9 / 2 * (t - t0)) for d in range(4) for t in times]
+    pq.write_table(pa.table({
+        "t": [r[0] for r in rows], "source": ["gpu"] * len(rows), "node": [0] * len(rows),
+        "device": [r[1] for r in rows], "link_tx_bytes": [r[2] for r in rows],
+        "link_rx_bytes": [r[2] for r in rows]}), path / "telemetry.parquet")
+    return path
+
+
+def test_link_verdict_compares_tp_pp_with_tp_only_and_the_fabric_peak(tmp_path):
+    tp4 = _with_links(_derive(tmp_path, "tp4", parallel={"tp": 4, "sp": True}, mb=1, gbs=16),
+                      60.0)
+    low = _with_links(_derive(tmp_path, "low", parallel=TP2PP2, mb=1, gbs=16), 18.0)
+    fabric = _derive(tmp_path, "fabric", parallel={"dp": 4}, mb=1, gbs=4)
+    (fabric / "fabric.json").write_text(json.dumps({"points": [
+        {"op": "all_reduce", "size_bytes": 2**28, "busbw_gbps": 300.0,
+         "graph_busbw_gbps": 360.0}]}))
+    result = tp_pp_links([read_facts(p) for p in (tp4, low, fabric)])
+    assert result.verdict == "agrees", result.why
+    assert result.evidence["tp_only"]["link_gbps_per_gpu"] == pytest.approx(60.0, rel=1e-3)
+    assert result.evidence["rate_ratio"] == pytest.approx(0.3, rel=1e-3)
+    assert result.evidence["fabric_peak_busbw_gbps"] == 360.0
+    assert "fabric" in result.bundles
+    high = _with_links(_derive(tmp_path, "high", parallel=TP2PP2, mb=1, gbs=16), 55.0)
+    assert tp_pp_links([read_facts(p) for p in (tp4, high)]).verdict == "disagrees"
 
 
 def _estimate_s(text: str) -> int:

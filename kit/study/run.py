@@ -202,7 +202,13 @@ def conclude(folder: Path, bundles: list[Path], label: str,
         The findings, the findings file, and the report (None when it could not be built;
         ``say`` tells why).
     """
-    results = all_findings([read_facts(b) for b in bundles])
+    facts = []
+    for b in bundles:
+        try:
+            facts.append(read_facts(b))
+        except KitInputError as e:  # a bundle without its metrics: the findings go without it
+            say(f"left out of the findings: {e}")
+    results = all_findings(facts)
     findings_file = folder / f"{label}-findings.json"
     findings_file.write_text(json.dumps(findings_json(results, label), indent=1) + "\n",
                              encoding="utf-8")
