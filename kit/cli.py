@@ -28,6 +28,7 @@ from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget
 from kit.spec.resolve import RunRequest
+from kit.study.command import study
 
 if TYPE_CHECKING:
     from kit.sweep.spec import SweepSpec
@@ -332,6 +333,9 @@ def _sweep_dry_run(spec: "SweepSpec", out: Path, job: JobOptions | None, as_json
     click.echo(plan_table(plan, jobs, kept))
     click.echo("dry run: nothing launched" if jobs is None else
                "dry run: nothing submitted (--json prints each job's sbatch script)")
+
+
+cli.add_command(study)
 
 
 @cli.group()

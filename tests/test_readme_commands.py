@@ -34,7 +34,8 @@ def tour_line(first: str, *more: str) -> list[str]:
 
 def test_the_readme_shows_dry_runs():
     assert [argv[:2] for argv in dry_run_commands()] == [["run", "llama3-70b"],
-                                                         ["sweep", "sweeps/h200-optimization.yaml"]]
+                                                         ["sweep", "sweeps/h200-optimization.yaml"],
+                                                         ["study", "--dry-run"]]
 
 
 @pytest.mark.timeout(300)
