@@ -183,9 +183,12 @@ def test_repeats_aggregate_to_median_min_max(cli, runs):
         (statistics.median(values), min(values), max(values), 2))
     assert got["ratio_to_baseline"] == pytest.approx(
         statistics.median(values) / summary(runs["tp2"])["tokens_per_s"])
-    # same batch, precision; all ok; the replay platform and its scaled variant differ
-    assert [c["kind"] for c in result["checks"]] == ["workload", "scaled", "platform"]
+    # same batch, precision; all ok; the replay platform and its scaled variant differ, so the
+    # baseline's ratios span two workloads and say so
+    assert [c["kind"] for c in result["checks"]] == ["workload", "scaled", "platform",
+                                                     "baseline"]
     assert "num_layers=4" in result["checks"][0]["message"]
+    assert "compare different workloads" in result["checks"][-1]["message"]
 
 
 def test_every_format_parses(cli, runs):
