@@ -322,8 +322,9 @@ def test_a_tampered_archive_is_named_by_itself_not_by_a_deleted_staging_path(cli
     work = tmp_path / "work"
     with tarfile.open(archive) as tar:
         tar.extractall(work, filter="data")
-    with (work / H200.name / "metrics.json").open("a") as f:
-        f.write(" ")
+    metrics = work / H200.name / "metrics.json"  # one byte changed, the size kept (the index
+    text = metrics.read_text()                    # declares the archive's total bytes)
+    metrics.write_text(text[:-1] + (" " if text[-1] != " " else "\n"))
     tampered = tmp_path / "tampered.tar.gz"
     with tarfile.open(tampered, "w:gz") as tar:
         tar.add(work / INDEX_NAME, INDEX_NAME)

@@ -20,6 +20,7 @@ percentage points for fractions (MFU, clock, throttled shares), a plain differen
 peak-to-mean ratio. A baseline that did not end ok is refused: its figures cover a partial run.
 """
 
+import hashlib
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -217,11 +218,22 @@ def figure_order(c: Comparison) -> list[Group]:
     return sorted(c.groups, key=key)
 
 
+def _checksums(bundle: Bundle) -> str | None:
+    """The digest of a verified bundle's ``SHA256SUMS`` (its files' identity); None for an
+    unverified bundle or a projection."""
+    sums = bundle.path / "SHA256SUMS"
+    if (bundle.verification_error is not None or bundle.projection is not None
+            or not sums.is_file()):
+        return None
+    return hashlib.sha256(sums.read_bytes()).hexdigest()
+
+
 def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], list[Check]]:
-    """Verify and read each bundle once, refusing one path given twice; a copy of a bundle
-    already read (the same bundle id in another folder) is counted once, and said so in a
-    ``duplicate`` check, since it is the same run and not a repeat."""
-    bundles, seen, ids = [], set(), {}
+    """Verify and read each bundle once, refusing one path given twice; a verified copy of a
+    verified bundle already read (the same bundle id in another folder) is counted once, and
+    said so in a ``duplicate`` check, since it is the same run and not a repeat."""
+    bundles, seen = [], set()
+    ids: dict[tuple[str, str | None], Path] = {}
     copies: dict[str, list[Path]] = {}
     for p in paths:
         if Path(p).resolve() in seen:
@@ -232,10 +244,13 @@ def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], 
         if where in seen:
             raise KitInputError(f"bundle {p} is given twice; give each bundle once")
         seen.add(where)
-        if bundle.path.name in ids:
-            copies.setdefault(bundle.path.name, [ids[bundle.path.name]]).append(bundle.path)
+        # A copy is the same run only where both verify with the same checksums (then the
+        # same files); an unverified one may hold anything, and is shown apart, marked.
+        key = (bundle.path.name, _checksums(bundle))
+        if key[1] is not None and key in ids:
+            copies.setdefault(bundle.path.name, [ids[key]]).append(bundle.path)
             continue
-        ids[bundle.path.name] = bundle.path
+        ids[key] = bundle.path
         bundles.append(bundle)
     checks = [Check("duplicate", f"{name} is given {len(where)} times ("
                     + ", ".join(str(w.parent) for w in where) + "): one run, counted once")
