@@ -28,7 +28,7 @@ from kit.telemetry.sampler import TelemetrySampler
 
 from .conftest import REPO
 
-RUN_ONLY = {"out", "dry_run", "force", "as_json"}  # options of the command, not of the run
+RUN_ONLY = {"out", "dry_run", "force", "as_json", "compile_cache"}  # of the command, not the run
 
 
 def run_options() -> dict[str, click.Option]:
