@@ -396,7 +396,8 @@ def assemble_bundle(
                       s.t_start + offset_s(res.rank), s.t_end + offset_s(res.rank), s.phases)
              for res in streamed if res for s in res.steps if s.phase == "measured"],
             telemetry, device_of),
-        expert_load=expert_load_summary(experts, cfg.workload.moe_top_k, cfg.parallel.ep),
+        expert_load=expert_load_summary(experts, getattr(cfg.workload, "moe_top_k", 0) or 0,
+                                        cfg.parallel.ep),  # a fabric run has no workload model
         notes=notes,
         samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )
