@@ -179,7 +179,7 @@ def test_workload_from_a_yaml_path(tmp_path):
          "proc file system)"),
         (["compre", "a", "b"], "'compre' is neither a command nor a workload; did you mean "
                                "'compare'?"),
-        (["zzz"], "'zzz' is neither a command nor a workload; commands: bundle, compare, "),
+        (["zzz"], "'zzz' is neither a command nor a workload; commands: bundle, cache, compare, "),
         (["workloads", "show", "nope"], "unknown workload"),
         (["bundle", "verify", "/nonexistent/bundle"], "/nonexistent/bundle"),
     ],

@@ -22,6 +22,7 @@ from kit.analysis.comparability import power_source
 from kit.analysis.compare import Aggregate, Comparison, Group, figure_order, metric_value
 from kit.analysis.compare_format import NA, format_value
 from kit.bundle.reader import Bundle
+from kit.errors import BundleError
 
 ENERGY_CHECK_LIMIT = 0.02
 """Largest disagreement between the energy counter, the power integral and Zeus shown
@@ -79,9 +80,12 @@ def power_samples(bundle: Bundle) -> float | None:
 def window_s(bundle: Bundle) -> float | None:
     """Seconds of the measured phase: ``power.window_s``, else the measured steps' span."""
     found = _known(bundle.metrics.power.get("window_s"))
-    if found is not None:
+    if found is not None or bundle.projection is not None:  # a projection has no steps
         return found
-    steps = bundle.steps
+    try:
+        steps = bundle.steps
+    except BundleError:  # an unverified bundle's unreadable steps: nothing to show
+        return None
     if steps.num_rows == 0 or "phase" not in steps.column_names:
         return None
     measured = steps.filter(pc.equal(steps["phase"], "measured"))
