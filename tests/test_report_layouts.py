@@ -111,7 +111,8 @@ CATCH = """<script>window.__failed = []; window.addEventListener("error", e => {
 PROBE = """<script>window.addEventListener("load", () => {
   const figs = [...document.querySelectorAll("figure img")].map(img => {
     const r = img.getBoundingClientRect();
-    return {id: img.closest("figure").id, complete: img.complete, natural: [img.naturalWidth,
+    return {id: img.closest("figure").id, src: img.currentSrc.slice(0, 300),
+            complete: img.complete, natural: [img.naturalWidth,
             img.naturalHeight], box: [r.left + scrollX, r.top + scrollY, r.width, r.height]};
   });
   const loaded = performance.getEntriesByType("resource").map(e => e.name.slice(0, 80))
@@ -120,7 +121,8 @@ PROBE = """<script>window.addEventListener("load", () => {
   out.id = "probe";
   out.textContent = JSON.stringify({figs, loaded, failed: window.__failed,
                                     height: document.documentElement.scrollHeight,
-                                    width: document.documentElement.scrollWidth});
+                                    width: document.documentElement.scrollWidth,
+                                    viewport: document.documentElement.clientWidth});
   document.body.appendChild(out);
 });</script>"""
 
@@ -227,9 +229,14 @@ def test_a_report_of_100_bundles_links_figures_drawn_once(cli, hundred, tmp_path
     found = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
     assert found, r.stderr[-2000:]
     result = json.loads(html.unescape(found.group(1)))
-    assert result["failed"] == [] and result["width"] <= NARROW
+    # Chromium keeps a window at least 500 px wide: nothing may overflow the narrowest it gives
+    assert result["failed"] == [] and result["viewport"] <= 500
+    assert result["width"] <= result["viewport"]
+    # every linked figure is an image of the folder beside the report, decoded (file URLs
+    # leave no resource-timing entries, so the images themselves are asked)
     folder = (tmp_path / "report_figures").as_uri()
-    assert len(result["loaded"]) == len(linked) and all(
-        name.startswith(folder[:80]) for name in result["loaded"])
+    assert len(result["figs"]) == len(linked)
+    assert all(f["src"].startswith(folder) for f in result["figs"])
     for f in result["figs"]:
-        assert f["complete"] and min(f["natural"]) > 0 and 0 < f["box"][2] <= NARROW, f["id"]
+        assert f["complete"] and min(f["natural"]) > 0, f["id"]
+        assert 0 < f["box"][2] <= result["viewport"], f["id"]
