@@ -20,9 +20,11 @@ SECRET_NAME = (r"[A-Za-z0-9_]*(?:(?<!PER_)TOKEN(?!S|IZER)|KEY(?!S)|SECRET|PASSWO
 """An environment variable or option that holds a secret (case ignored)."""
 _SECRET_ASSIGN = re.compile(rf"(?i)\b({SECRET_NAME})([\"']?\s*[=:]\s*)"
                             r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s,;]+)")
-_SECRET_OPTION = re.compile(r"(?i)(--[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*)"
+_SECRET_OPTION_NAME = r"--[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*"
+"""A command-line option that takes a secret (case ignored)."""
+_SECRET_OPTION = re.compile(rf"(?i)({_SECRET_OPTION_NAME})"
                             r"(=|\s+)(\"[^\"\n]*\"|'[^'\n]*'|[^\s-][^\s]*)")
-_SECRET_OPTION_WORD = re.compile(r"(?i)--[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*")
+_SECRET_OPTION_WORD = re.compile(rf"(?i){_SECRET_OPTION_NAME}")
 _TOKEN_FORMATS = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|AKIA[0-9A-Z]{16}"
     r"|xox[abpr]-[\w-]{10,}|sk-[A-Za-z0-9_-]{20,})|(?i:bearer\s+)[\w.~+/-]{8,}=*")
