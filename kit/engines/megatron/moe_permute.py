@@ -7,9 +7,12 @@ so each call waits for the GPU to drain, and the GPU then idles while the host q
 kernels. In dropless routing the size is known already (every token picks exactly top-k
 experts: ``num_out_tokens = tokens * k``), so :func:`sync_free_permute` finds the same indices
 with a stable sort of the expert-major routing map instead: same order (expert by expert,
-tokens ascending within each), same outputs and gradients, no synchronization.
+tokens ascending within each), same outputs and gradients, no synchronization. megatron-core
+0.19's own unfused ``permute`` sorts the same way (and returns five values, padding offsets and
+tokens per expert added), so there the feature changes nothing but keeps that return shape.
 """
 
+import inspect
 from typing import Any
 
 import torch
@@ -23,11 +26,12 @@ def sync_free_permute(original: Any) -> Any:
             kernels, drop-and-pad, an output size known only on the device, or arguments a
             later release added).
     """
+    five = "tokens_per_expert" in inspect.signature(original).parameters
 
     def permute(tokens: torch.Tensor, routing_map: torch.Tensor,
                 probs: torch.Tensor | None = None, num_out_tokens: int | None = None,
                 fused: bool = False, drop_and_pad: bool = False, **more: Any,
-                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+                ) -> tuple[torch.Tensor | None, ...]:
         if fused or drop_and_pad or more or not isinstance(num_out_tokens, int):
             return original(tokens, routing_map, probs=probs, num_out_tokens=num_out_tokens,
                             fused=fused, drop_and_pad=drop_and_pad, **more)
@@ -40,7 +44,9 @@ def sync_free_permute(original: Any) -> Any:
         permuted_probs = None
         if probs is not None:
             permuted_probs = probs.T.contiguous().view(-1).index_select(0, chosen)
-        return tokens.index_select(0, sorted_indices), permuted_probs, sorted_indices
+        out = tokens.index_select(0, sorted_indices), permuted_probs, sorted_indices
+        # megatron-core 0.19+: (..., pad_offsets, tokens_per_expert), None unless it padded
+        return (*out, None, None) if five else out
 
     permute.kit_sync_free = True  # type: ignore[attr-defined]
     return permute
