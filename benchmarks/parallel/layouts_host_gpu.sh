@@ -4,8 +4,8 @@
 # machine stays warm): gpt3-1.3b at micro-batch 2, global batch 16, one profiled measured step
 # per layout (sweeps/node4-layouts-host.yaml: CP2 x TP2 + SP and TP4 + SP at sequence 8192,
 # DeepSpeed ZeRO-3 and ZeRO-1, DP4, DP4 with the distributed optimizer, PP2 x DP2, PP4 x VPP2,
-# TP2 x PP2 + SP, Megatron-FSDP DP4), each held against its reference from the same call
-# (benchmarks/parallel/layout_refs.py). The first call also runs
+# TP2 x PP2 + SP, Megatron-FSDP DP4, last ZeRO-3 with compiled blocks), each held against its
+# reference from the same call (benchmarks/parallel/layout_refs.py). The first call also runs
 # benchmarks/parallel/cp_attention_gpu.py (which kernels CP attention launches; seconds).
 #   benchmarks/parallel/layouts_host_gpu.sh           # on the GPU machine
 #   CPU=1 benchmarks/parallel/layouts_host_gpu.sh     # the same plumbing on 2 CPU ranks (gpt3-tiny)
@@ -30,6 +30,7 @@ PAIRS=(--pair "tp1 pp2 dp2 cp1 ep1" "tp1 pp1 dp4 cp1 ep1"
        --pair "tp2 pp2 dp1 cp1 ep1 sp" "tp1 pp1 dp4 cp1 ep1"
        --pair "tp1 pp1 dp4 cp1 ep1 fsdp" "tp1 pp1 dp4 cp1 ep1 distopt"
        --pair "tp1 pp1 dp4 cp1 ep1 zero3" "tp1 pp1 dp4 cp1 ep1 zero1"
+       --pair "tp1 pp1 dp4 cp1 ep1 zero3 speed-compile+cross_entropy" "tp1 pp1 dp4 cp1 ep1 zero1"
        --loss-pair "tp2 pp1 dp1 cp2 ep1 sp" "tp4 pp1 dp1 cp1 ep1 sp")
 if [[ "${CPU:-0}" == 1 ]]; then
   TAG=cpux2 NAME=cpu-layouts-host SWEEP="$RESULTS/cpu-layouts-host.yaml"

@@ -16,7 +16,9 @@ This is Llama 3's all-gather CP rather than a ring: one collective per layer ins
 Everything a step needs besides its collectives and kernels is built once and cached on the
 device (the chunk indices of the batch split and of the key/value reorder), and the step holds
 no host-to-device copy and no host read of a device value, so CUDA-graph capture of the whole
-step (:mod:`kit.engines.megatron.step_graph`) replays it: the gathers are single NCCL
+step (:mod:`kit.engines.megatron.step_graph`) replays it (megatron-core's rotary embedding
+takes its CP slice inside an ``lru_cache``-d forward, so it too is built in the eager warm-up
+step, not in the captured one): the gathers are single NCCL
 ``all_gather_into_tensor`` calls, and torch's lower-right ``CausalBias`` dispatches to the flash
 kernel itself (``torch.ops.aten._scaled_dot_product_flash_attention``, whose causal flag is
 lower-right aligned) whenever ``can_use_flash_attention`` holds, so no mask is built.
