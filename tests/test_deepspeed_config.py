@@ -44,8 +44,23 @@ def test_gpu_zero3_keeps_a_small_models_gathered_weights_for_the_step():
     z = config_for(platform="h100", zero=3)["zero_optimization"]
     n = params_count(load_workload("gpt3-1.3b"))
     assert z["stage3_max_live_parameters"] == z["stage3_max_reuse_distance"] == n
-    assert z["stage3_param_persistence_threshold"] == 1_000_000
     big = deepspeed_config(resolve(RunRequest(workload="gpt3-175b", engine="deepspeed", zero=3,
-                                              platform="h100", nodes=4)))
-    assert set(big["zero_optimization"]) == {"stage", "overlap_comm"}  # DeepSpeed's defaults
-    assert set(config_for(platform="cpu", zero=3)["zero_optimization"]) == {"stage", "overlap_comm"}
+                                              platform="h100", nodes=4)))["zero_optimization"]
+    assert "stage3_max_live_parameters" not in big  # DeepSpeed's default: release after use
+    cpu = config_for(platform="cpu", zero=3)["zero_optimization"]
+    assert "stage3_max_live_parameters" not in cpu and "stage3_max_reuse_distance" not in cpu
+
+
+def test_zero3_sizes_follow_the_layer_and_overlap_stays_on():
+    """Persistence 10 x hidden (norms and biases whole), prefetch two layers, reduce one."""
+    h = 2048
+    # gpt3-1.3b layer: QKV and output projection (4 h^2 + 4 h), MLP (8 h^2 + 5 h), 2 norms (4 h)
+    layer = 12 * h * h + 13 * h
+    for platform in ("h100", "cpu"):
+        z = config_for(platform=platform, zero=3)["zero_optimization"]
+        assert z["overlap_comm"] and z["contiguous_gradients"]
+        assert z["stage3_param_persistence_threshold"] == 10 * h
+        assert z["reduce_bucket_size"] == layer
+        assert z["stage3_prefetch_bucket_size"] == 2 * layer
+    assert config_for(platform="h100", zero=1)["zero_optimization"] == {
+        "stage": 1, "overlap_comm": False}

@@ -116,8 +116,9 @@ def test_cuda_graph_only_where_the_step_is_capturable(tmp_path):
     assert sharded.world_size == 8 and speed.use_cuda_graph(sharded, speed.DEFAULT)
     piped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, cp=2,
                                global_batch_size=64, recompute="full"))
-    assert speed.graph_blockers(piped)[1:] == ["pipeline parallelism", "activation recomputation"]
-    assert speed.graph_blockers(piped)[0].startswith("context parallelism")
+    assert speed.graph_blockers(piped) == ["pipeline parallelism", "activation recomputation"]
+    context = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", cp=2, tp=2, sp=True))
+    assert speed.graph_blockers(context) == [] and speed.use_cuda_graph(context, speed.DEFAULT)
     assert not speed.use_cuda_graph(piped, speed.DEFAULT)
     moe = resolve(RunRequest(workload="mixtral-tiny", platform=str(one_gpu)))
     assert speed.graph_blockers(moe) == ["mixture of experts"]

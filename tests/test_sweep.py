@@ -34,6 +34,7 @@ EXPECTED = {
     # GPUs they run: benchmarks/parallel/README.md)
     "node4-study-layouts": (13, 0),
     "node4-small-shapes": (13, 0),
+    "node4-layouts-host": (11, 0),
 }
 # The multi-GPU evidence sweeps (issue 5), planned for the full node as a dry run resolves it.
 EVIDENCE = {"h200x2-matrix": (9, 9), "h200x4-matrix": (4, 4)}

@@ -27,7 +27,7 @@ from kit.bundle.reader import read_bundle
 
 
 def layout(cfg: dict[str, Any]) -> str:
-    """``"tp2 pp1 dp2 cp1 ep1 sp"`` plus the options that change the work."""
+    """``"tp2 pp1 dp2 cp1 ep1 sp"`` plus the options that change the work or its speed."""
     p, o = cfg["parallel"], cfg["optim"]
     parts = [f"tp{p['tp']} pp{p['pp']} dp{p['dp']} cp{p['cp']} ep{p['ep']}"]
     if p.get("vpp"):
@@ -41,6 +41,8 @@ def layout(cfg: dict[str, Any]) -> str:
         parts.append(f"zero{o['zero']}")
     if o.get("recompute", "none") != "none":
         parts.append(f"recompute-{o['recompute']}")
+    if cfg.get("speed") is not None:  # the run chose its speed features (--speed)
+        parts.append(f"speed-{'+'.join(cfg['speed']) or 'none'}")
     return " ".join(parts)
 
 

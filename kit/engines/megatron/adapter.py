@@ -166,21 +166,6 @@ def use_foreach_multi_tensor_ops(enabled: bool) -> None:
             setattr(module, name, kit if enabled else local)
 
 
-def batch_on_this_cp_rank(batch: dict[str, Any], cp_group: Any) -> dict[str, Any]:
-    """This context-parallel rank's two zigzag chunks of every tensor in ``batch``.
-
-    0.16 takes ``(batch, cp_group=None)``; 0.19 adds a required ``is_hybrid_cp`` and, given no
-    group, takes the world's size and rank, so the group is always passed. The kit's batches
-    have no ``cu_seqlens``: both releases then split each sequence into ``2 * cp`` chunks and
-    keep chunks ``r`` and ``2 * cp - 1 - r``.
-    """
-    from megatron.core.utils import get_batch_on_this_cp_rank
-
-    if "is_hybrid_cp" in inspect.signature(get_batch_on_this_cp_rank).parameters:
-        return get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=cp_group)
-    return get_batch_on_this_cp_rank(batch, cp_group=cp_group)
-
-
 def num_layers_to_build(config: Any, vp_stage: int | None) -> int:
     """Transformer layers of this rank's (virtual) pipeline stage."""
     from megatron.core.transformer.transformer_block import get_num_layers_to_build

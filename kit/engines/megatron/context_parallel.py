@@ -12,6 +12,16 @@ gradients of the queries of every peer.
 
 This is Llama 3's all-gather CP rather than a ring: one collective per layer instead of
 ``cp`` overlapped steps, and key/value activations of the whole sequence per rank.
+
+Everything a step needs besides its collectives and kernels is built once and cached on the
+device (the chunk indices of the batch split and of the key/value reorder), and the step holds
+no host-to-device copy and no host read of a device value, so CUDA-graph capture of the whole
+step (:mod:`kit.engines.megatron.step_graph`) replays it (megatron-core's rotary embedding
+takes its CP slice inside an ``lru_cache``-d forward, so it too is built in the eager warm-up
+step, not in the captured one): the gathers are single NCCL
+``all_gather_into_tensor`` calls, and torch's lower-right ``CausalBias`` dispatches to the flash
+kernel itself (``torch.ops.aten._scaled_dot_product_flash_attention``, whose causal flag is
+lower-right aligned) whenever ``can_use_flash_attention`` holds, so no mask is built.
 """
 
 import functools
@@ -22,8 +32,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx
 
-from kit.engines.megatron import adapter
-
 
 class _GatherSequence(torch.autograd.Function):
     """All-gather along dim 0 in the forward; reduce-scatter of the gradient in the backward."""
@@ -31,8 +39,13 @@ class _GatherSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
         ctx.group = group
+        x = x.contiguous()
+        if dist.get_backend(group) == dist.Backend.NCCL:
+            out = x.new_empty(x.shape[0] * group.size(), *x.shape[1:])
+            dist.all_gather_into_tensor(out, x, group=group)
+            return out
         parts = [torch.empty_like(x) for _ in range(group.size())]
-        dist.all_gather(parts, x.contiguous(), group=group)
+        dist.all_gather(parts, x, group=group)
         return torch.cat(parts, dim=0)
 
     @staticmethod
@@ -108,8 +121,25 @@ def attention(
     return local_attention(q, k, v, group.rank(), group.size(), **sdpa)
 
 
+@functools.lru_cache(maxsize=8)
+def _local_positions(cp_rank: int, cp_size: int, chunk: int, device: torch.device) -> torch.Tensor:
+    """:func:`positions` on ``device``, built once (no host-to-device copy in a captured step)."""
+    return positions(cp_rank, cp_size, chunk).to(device)
+
+
 def batch_on_this_rank(
     batch: dict[str, torch.Tensor], group: dist.ProcessGroup
 ) -> dict[str, torch.Tensor]:
-    """This context-parallel rank's two sequence chunks of every tensor in ``batch``."""
-    return adapter.batch_on_this_cp_rank(dict(batch), group)
+    """This context-parallel rank's two sequence chunks of every ``[b, s]`` tensor in ``batch``.
+
+    The split of megatron-core's ``get_batch_on_this_cp_rank`` (chunks ``r`` and ``2cp-1-r``
+    of ``2cp``, which its rotary embedding assumes), with one cached device index per shape
+    instead of an index built on every call, and the same code under every megatron-core
+    release (0.19 changed that function's signature).
+    """
+    out = {}
+    for key, value in batch.items():
+        index = _local_positions(group.rank(), group.size(),
+                                 value.shape[1] // (2 * group.size()), value.device)
+        out[key] = value.index_select(1, index)
+    return out

@@ -67,12 +67,13 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
     megatron-core's gradient reduction over data parallelism (``finalize_model_grads``, run at
     the end of the schedule), so TP, SP, DP and the distributed optimizer's reduce-scatter are
     replayed; the optimizer step (and the distributed optimizer's parameter all-gather) stays
-    eager. Context parallelism is not captured until a run shows its attention's gathers
-    replay right.
+    eager. Context parallelism is captured too: its attention's key/value all-gathers and
+    their reduce-scatters are NCCL collectives, the CP loss average an all-reduce, and its
+    chunk indices are cached device tensors (:mod:`kit.engines.megatron.context_parallel`);
+    left eager, gpt3-1.3b CP2 x TP2 + SP ran 1.946 s a step with the GPU 89% idle.
     """
     p, o, w = cfg.parallel, cfg.optim, cfg.workload
     return [reason for blocked, reason in (
-        (p.cp > 1, "context parallelism (capture not yet verified)"),
         (p.pp > 1, "pipeline parallelism"),
         (w.is_moe, "mixture of experts"),
         (o.recompute != "none", "activation recomputation"),
