@@ -187,6 +187,9 @@ def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, f
     assert "measured GEMM table cpu.gemm.json" in tp2.provenance["matmul_efficiency"]
     assert flat.provenance["matmul_efficiency"].startswith("assumed: no GEMM table of cpu")
     assert any("no GEMM table of cpu" in a for a in flat.assumptions)
+    shares = tp2.step["bound_shares"]  # the slowest stage's step, split four ways
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert tp2.step["bound"] == max(("compute", "memory", "link"), key=shares.get)
 
 
 @pytest.mark.timeout(900)

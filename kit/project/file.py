@@ -98,7 +98,8 @@ class ProjectionFile(BaseModel):
     interval: dict[str, Triple] = Field(
         description="[low, point, high] of each projected summary key.")
     step: dict[str, Any] = Field(
-        description="pipeline_s, bubble_s, bubble_frac_analytical, micro_batches, graphed.")
+        description="pipeline_s, bubble_s, bubble_frac_analytical, micro_batches, graphed, "
+        "bound (compute, memory or link), bound_shares, bound_stage.")
     stages: list[StageRecord]
     collectives: list[CollectiveRecord]
     power: dict[str, Any] | None = Field(

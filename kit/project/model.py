@@ -32,7 +32,7 @@ from kit.project.kinds import KindScale, datasheet, kind_scale, read_tables
 from kit.project.network import Links, place
 from kit.project.power import PowerProjection, project_power
 from kit.project.request import ProjectionTarget, plan_target
-from kit.project.sources import Inputs, MeasuredRun, read_inputs
+from kit.project.sources import UNPROFILED, Inputs, MeasuredRun, read_inputs
 from kit.project.span import Span
 from kit.project.step import StepModel, assemble, stage_step
 from kit.project.volumes import stage_collectives
@@ -285,7 +285,7 @@ def project(paths: list[str | Path], target: ProjectionTarget,
         step={"pipeline_s": step.pipeline_s.as_list(), "bubble_s": step.bubble_s,
               "bubble_frac_analytical": step.bubble_frac_analytical,
               "micro_batches": cfg.grad_accum_steps, "graphed": graphed,
-              "measured_step_s": list(chosen.step_s)},
+              "measured_step_s": list(chosen.step_s), **_bound(cfg, step)},
         stages=[_stage_record(s) for s in step.stages],
         collectives=[_collective_record(cfg, c) for c in step.collectives],
         power=None if power is None else {"compute_w": power.phases.compute_w,
@@ -299,6 +299,26 @@ def project(paths: list[str | Path], target: ProjectionTarget,
         source_kind=scale.source_kind, provenance=_provenance(scale, links, power, chosen))
 
 
+_COMPUTE_BOUND = ("MatMul", "attention", UNPROFILED)
+
+
+def _bound(cfg: RunConfig, step: StepModel) -> dict[str, Any]:
+    """What the slowest stage's step is spent on (point): tensor-core kernels (``compute``),
+    memory-bound kernels and the optimizer (``memory``), exposed collectives (``link``) and the
+    rest (``idle``: host gaps, bubble, waiting); ``bound`` is the largest of the first three."""
+    m, total = cfg.grad_accum_steps, step.step_s.point
+    slowest = max(step.stages, key=lambda s: m * s.micro_batch_s.point + s.tail_s.point)
+    c = slowest.compute
+    compute = m * sum(v for k, v in c.by_category.items() if k in _COMPUTE_BOUND)
+    memory = m * sum(v for k, v in c.by_category.items() if k not in _COMPUTE_BOUND)
+    memory += c.optimizer_s
+    link = m * slowest.blocking_comm_s.point + slowest.tail_comm_s.point
+    shares = {"compute": compute / total, "memory": memory / total, "link": link / total}
+    shares["idle"] = max(0.0, 1 - sum(shares.values()))
+    bound = max(("compute", "memory", "link"), key=lambda k: shares[k])
+    return {"bound": bound, "bound_shares": shares, "bound_stage": slowest.stage}
+
+
 def _links(cfg: RunConfig, inputs: Inputs, scale: KindScale) -> Links:
     """The target's fabric bundles; across kinds without one, the source kind's, borrowed
     (kit.project.network)."""
@@ -306,11 +326,11 @@ def _links(cfg: RunConfig, inputs: Inputs, scale: KindScale) -> Links:
         return [f for f, b in zip(inputs.fabrics, inputs.fabric_bundles, strict=True)
                 if b.manifest.platform["name"] == kind]
 
-    own = of(cfg.platform.name)
-    if own or not scale.cross_kind:
+    own, borrowed = of(cfg.platform.name), of(scale.source_kind)
+    if own or not scale.cross_kind or not borrowed:
         return Links(cfg.platform, own)
     source = next(r.cfg.platform for r in inputs.runs if r.cfg.platform.name == scale.source_kind)
-    return Links(cfg.platform, of(scale.source_kind), borrowed_from=source)
+    return Links(cfg.platform, borrowed, borrowed_from=source)
 
 
 def _power(chosen: MeasuredRun, inputs: Inputs, cfg: RunConfig, step: StepModel,
