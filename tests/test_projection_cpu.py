@@ -15,7 +15,7 @@ from kit.project.model import project
 from kit.project.request import ProjectionTarget
 from kit.project.sources import measured_run
 
-from .conftest import bundle_path, kit_cli, why_failed
+from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 STEPS = ("--steps", "6", "--warmup", "2", "--profile-steps", "3:5")
 
@@ -205,3 +205,55 @@ def test_another_gpu_kind_without_what_it_needs_is_refused(dp1, gemm_table, tmp_
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ")
     assert not (tmp_path / "o").exists()
+
+
+def _cpu_kind(folder: Path, name: str, bandwidth: float, peak: float) -> Path:
+    """The cpu profile under another name with datasheet figures: a second 'GPU kind'."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "platforms/cpu.yaml").read_text())
+    spec.update(name=name, memory_bandwidth_gbps=bandwidth, peak_tflops={"fp32": peak})
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.timeout(900)
+def test_across_kinds_memory_bound_kernels_follow_the_bandwidth_and_gemms_the_tables(
+        tmp_path_factory):
+    from kit.project.gemm import read_gemm_table, stage_gemms
+    from kit.spec.run import RunConfig
+
+    folder = tmp_path_factory.mktemp("kinds")
+    kind_a, kind_b = _cpu_kind(folder, "cpua", 100.0, 1.0), _cpu_kind(folder, "cpub", 400.0, 2.0)
+    tables = []
+    for kind in (kind_a, kind_b):
+        table = folder / f"{kind.stem}.gemm.json"
+        r = kit_cli("platforms", "gemm", "--platform", str(kind), "--workload", "gpt3-tiny",
+                    "--tp", "1", "--micro-batch", "2", "--min-time-ms", "2", "-o", str(table))
+        assert r.returncode == 0, why_failed(r)
+        tables.append(table)
+    run = _run(tmp_path_factory, "cpua", "run", "gpt3-tiny", "--platform", str(kind_a), *STEPS)
+    r = kit_cli("project", str(run), "--platform", str(kind_b), "--out", str(folder / "none"))
+    assert r.returncode == 2 and "no GEMM table of cpua and cpub" in r.stderr, r.stderr
+    same = project([run, *tables], ProjectionTarget(), ["test"])
+    other = project([run, *tables], ProjectionTarget(platform=str(kind_b)), ["test"])
+    assert (same.source_kind, other.source_kind) == ("cpua", "cpua")
+    assert other.config["platform"]["name"] == "cpub"
+    a, b = same.stages[0].compute_by_category_s, other.stages[0].compute_by_category_s
+    assert {"MatMul", "elementwise/memory"} <= set(a)
+    for cat in ("norm", "elementwise/memory", "other"):
+        if cat in a:
+            assert b[cat] == pytest.approx(a[cat] * 100 / 400)
+    if "attention" in a:
+        assert b["attention"] == pytest.approx(a["attention"] / 2)
+    cfg = RunConfig.model_validate(same.config)
+    gemms = stage_gemms(cfg, 0)
+    ratio = (read_gemm_table(tables[0]).efficiency_tflops(gemms)
+             / read_gemm_table(tables[1]).efficiency_tflops(gemms))
+    assert b["MatMul"] == pytest.approx(a["MatMul"] * ratio)
+    assert other.stages[0].optimizer_s == pytest.approx(same.stages[0].optimizer_s / 4)
+    assert other.provenance["memory_bound"] == "datasheet memory bandwidth 100 -> 400 GB/s"
+    assert other.provenance["matmul_efficiency"] == ("measured GEMM table cpua.gemm.json -> "
+                                                     "cpub.gemm.json")
+    assert [i.role for i in other.inputs] == ["compute", "gemm", "gemm"]

@@ -17,7 +17,9 @@
 # (c) the points measured here in points.ORDER while BUDGET_S lasts (MEASURED=DIR: none).
 # (d) validate.py: the table and validation-<gpu>x<N>[-from-<kind>].json (source_kind per point).
 # (e) same kind only: gpt3-175b at full depth projected onto this kind's study cluster (H100:
-#     8 nodes x 8, TP8 x PP8; H200: 4 nodes x 8, TP8 x PP4), into $OUT/scale/.
+#     8 nodes x 8, TP8 x PP8; H200: 4 nodes x 8, TP8 x PP4) and, where the other kind's GEMM
+#     table exists (OTHER_TABLE, default platforms/<other>.gemm.json), onto the other's, into
+#     $OUT/scale/.
 # Every step skips what an earlier call with the same WORK (default /tmp/projection-validate)
 # already finished, so a second call resumes the points the first ran out of time for.
 # $OUT: validate-<tag>.log (all printed), validation-<tag>.{txt,json}, <gpu>.gemm.json,
@@ -194,6 +196,16 @@ if [ "$GPU" != cpu ] && [ -z "${SOURCE:-}" ] && have "$WORK/src/study"; then
   python3 -m kit project "$(ls -d "$WORK"/src/study/2*)" "$FAB" "$TABLE" --workload gpt3-175b \
     --platform "$GPU" "${SHAPE[@]}" --sp --micro-batch 1 --global-batch 128 --recompute full \
     --dist-optimizer --out "$OUT/scale" 2>&1 | tail -60
+  if [ "$GPU" = h100 ]; then OTHER=h200; OSHAPE=(--nodes 4 --tp 8 --pp 4); else OTHER=h100; OSHAPE=(--nodes 8 --tp 8 --pp 8); fi
+  OTHER_TABLE="${OTHER_TABLE:-platforms/$OTHER.gemm.json}"
+  if [ -f "$OTHER_TABLE" ]; then
+    echo "\$ charllm-kit project <gpt3-175b-1l run> <fabric> $GPU.gemm.json $OTHER_TABLE --workload gpt3-175b --platform $OTHER ${OSHAPE[*]} --sp --micro-batch 1 --global-batch 128 --recompute full --dist-optimizer"
+    python3 -m kit project "$(ls -d "$WORK"/src/study/2*)" "$FAB" "$TABLE" "$OTHER_TABLE" \
+      --workload gpt3-175b --platform "$OTHER" "${OSHAPE[@]}" --sp --micro-batch 1 \
+      --global-batch 128 --recompute full --dist-optimizer --out "$OUT/scale" 2>&1 | tail -60
+  else
+    echo "no $OTHER GEMM table ($OTHER_TABLE): the $OTHER cluster is projected where one exists"
+  fi
 fi
 
 PACKED="$WORK/packed"; rm -rf "$PACKED"; mkdir -p "$PACKED"
