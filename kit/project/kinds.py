@@ -153,7 +153,10 @@ def kind_scale(run: MeasuredRun, target: PlatformSpec, tables: dict[str, TableIn
     else:
         memory_ratio = peak_ratio = 1.0
     src_eff = None
-    if src_table is not None and dst_table is not None:
+    if "MatMul" not in run.parts.compute:
+        prov["matmul_efficiency"] = (f"assumed: {run.bundle.path.name} has no profile to single "
+                                     "out its MatMul time; the measured efficiency at every shape")
+    elif src_table is not None and dst_table is not None:
         src_eff = src_table.table.efficiency_tflops(stage_gemms(run.cfg, 0))
         prov["matmul_efficiency"] = ("measured GEMM table " + (
             src_table.path.name if src_table is dst_table

@@ -167,10 +167,11 @@ def _compute_assumption(chosen: MeasuredRun, scale: KindScale) -> list[str]:
     head = (f"compute scaled from {chosen.bundle.path.name} ({_run_what(chosen)}) by model FLOPs "
             "per rank and micro-batch: TP and CP shard every GEMM and attention, norms and "
             "element-wise kernels only with SP; ")
-    if scale.target_table is None:
-        out = [head + f"no GEMM table of {scale.target_kind}: kernel efficiency is the measured "
-               "one at every shape (a TP shard's smaller GEMMs run slower than that: the step is "
-               "then under-predicted)"]
+    if scale.source_eff_tflops is None or scale.target_table is None:
+        why = (f"no GEMM table of {scale.target_kind}" if scale.target_table is None
+               else "no MatMul time in the measured run (no profile)")
+        out = [head + f"{why}: kernel efficiency is the measured one at every shape (a TP "
+               "shard's smaller GEMMs run slower than that: the step is then under-predicted)"]
     else:
         src = scale.source_table
         out = [head + "MatMul efficiency by shape from the GEMM table "
