@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 37's calibration on one 4-GPU H100/H200 machine, in one 10-minute device call:
-#   OUT=... [WORK=DIR] [BUDGET_S=500] [SOURCE=inputs.tar.gz] [MEASURED=DIR] \
+#   OUT=... [WORK=DIR] [BUDGET_S=450] [SOURCE=inputs.tar.gz] [MEASURED=DIR] \
 #     bash benchmarks/projection/validate_gpu.sh
 #   CPU=1 OUT=... bash benchmarks/projection/validate_gpu.sh   # the same flow on gloo (a dry run)
 # (0) this GPU kind's GEMM table (`charllm-kit platforms gemm`: gpt3-1.3b and gpt3-175b's layer
@@ -30,7 +30,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:?set OUT to the folder for the results}"; mkdir -p "$OUT"
-BUDGET_S="${BUDGET_S:-500}"
+BUDGET_S="${BUDGET_S:-450}"
 WORK="${WORK:-/tmp/projection-validate}"; mkdir -p "$WORK"/{src,pred,measured,wl}
 HERE=benchmarks/projection
 
@@ -47,7 +47,19 @@ fi
 TAG="${GPU}x${NGPU}"
 exec > >(tee -a "$OUT/validate-$TAG.log") 2>&1
 left() { echo $((BUDGET_S - SECONDS)); }
-have() { ls -d "$1"/2* >/dev/null 2>&1; }  # a folder already holds a bundle (resume)
+have() { ls "$1"/2*/manifest.json >/dev/null 2>&1; }  # a finished bundle there (resume)
+bundles_in() {  # the bundles among the paths that ended ok (a failed input would stop project)
+  python3 - "$@" <<'PY'
+import json, sys
+from pathlib import Path
+for d in sys.argv[1:]:
+    try:
+        if json.loads((Path(d) / "manifest.json").read_text())["status"] == "ok":
+            print(d)
+    except (OSError, ValueError, KeyError):
+        pass
+PY
+}
 
 echo "# $(date -u +%FT%TZ) $TAG: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || echo 'no GPU (CPU=1)')"
 python3 -c "import torch, megatron.core as m; print('# torch', torch.__version__, 'megatron-core', m.__version__)" 2>&1 | tail -1
@@ -110,7 +122,7 @@ if [ -n "${SOURCE:-}" ]; then
   done
   SRC_TABLE=$(ls "$S"/raw/*.gemm.json 2>/dev/null | head -1)
   SRCKIND=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['platform'])" "$SRC_TABLE")
-  INPUTS="$(ls -d "$S"/bundles/2* | tr '\n' ' ') $SRC_TABLE"
+  INPUTS="$(bundles_in "$S"/bundles/2* | tr '\n' ' ') $SRC_TABLE"
   [ "$SRCKIND" != "$GPU" ] && INPUTS="$INPUTS $TABLE"  # this kind's own table: the target's
   TAG="${TAG}-from-${SRCKIND}"
   rm -rf "$WORK/pred"; mkdir -p "$WORK/pred"  # predictions from the source, not this kind's
@@ -145,7 +157,7 @@ PY
     CUDA_VISIBLE_DEVICES=0,1 python3 -m kit fabric --nproc 2 --platform "$(platform_for 2)" \
       --out "$WORK/src/fabric2" 2>&1 | grep -v -i warn | tail -20
   fi
-  INPUTS="$(ls -d "$WORK"/src/*/2* | tr '\n' ' ') $TABLE"
+  INPUTS="$(bundles_in "$WORK"/src/*/2* | tr '\n' ' ') $TABLE"
 fi
 echo "inputs: $(echo $INPUTS | xargs -n1 basename | tr '\n' ' ')"
 
@@ -173,7 +185,7 @@ else
     echo "## (c) the points measured here while the budget lasts ($(left) s left)"
     for name in $(python3 -c "import sys; sys.path.insert(0, '$HERE'); from points import ORDER; print(*ORDER)"); do
       have "$WORK/measured/$name" && { echo "$name: measured by an earlier call"; continue; }
-      if [ "$(left)" -lt 75 ]; then echo "budget spent: $name and the rest not measured (call again with WORK=$WORK)"; break; fi
+      if [ "$(left)" -lt 90 ]; then echo "budget spent: $name and the rest not measured (call again with WORK=$WORK)"; break; fi
       read -r n ARGS < <(python3 $HERE/points.py "$name")
       [ "$n" -gt "$NGPU" ] && continue
       # shellcheck disable=SC2086
@@ -191,16 +203,16 @@ if [ "$GPU" != cpu ] && [ -z "${SOURCE:-}" ] && have "$WORK/src/study"; then
   echo "## (e) gpt3-175b (full depth) on the study's $GPU cluster"
   mkdir -p "$OUT/scale"
   if [ "$GPU" = h100 ]; then SHAPE=(--nodes 8 --tp 8 --pp 8); else SHAPE=(--nodes 4 --tp 8 --pp 4); fi
-  FAB=$(ls -d "$WORK"/src/fabric/2* | head -1)
+  FAB=$(bundles_in "$WORK"/src/fabric/2* | head -1)
   echo "\$ charllm-kit project <gpt3-175b-1l run> <fabric> $GPU.gemm.json --workload gpt3-175b --platform $GPU ${SHAPE[*]} --sp --micro-batch 1 --global-batch 128 --recompute full --dist-optimizer"
-  python3 -m kit project "$(ls -d "$WORK"/src/study/2*)" "$FAB" "$TABLE" --workload gpt3-175b \
+  python3 -m kit project "$(bundles_in "$WORK"/src/study/2* | head -1)" "$FAB" "$TABLE" --workload gpt3-175b \
     --platform "$GPU" "${SHAPE[@]}" --sp --micro-batch 1 --global-batch 128 --recompute full \
     --dist-optimizer --out "$OUT/scale" 2>&1 | tail -60
   if [ "$GPU" = h100 ]; then OTHER=h200; OSHAPE=(--nodes 4 --tp 8 --pp 4); else OTHER=h100; OSHAPE=(--nodes 8 --tp 8 --pp 8); fi
   OTHER_TABLE="${OTHER_TABLE:-platforms/$OTHER.gemm.json}"
   if [ -f "$OTHER_TABLE" ]; then
     echo "\$ charllm-kit project <gpt3-175b-1l run> <fabric> $GPU.gemm.json $OTHER_TABLE --workload gpt3-175b --platform $OTHER ${OSHAPE[*]} --sp --micro-batch 1 --global-batch 128 --recompute full --dist-optimizer"
-    python3 -m kit project "$(ls -d "$WORK"/src/study/2*)" "$FAB" "$TABLE" "$OTHER_TABLE" \
+    python3 -m kit project "$(bundles_in "$WORK"/src/study/2* | head -1)" "$FAB" "$TABLE" "$OTHER_TABLE" \
       --workload gpt3-175b --platform "$OTHER" "${OSHAPE[@]}" --sp --micro-batch 1 \
       --global-batch 128 --recompute full --dist-optimizer --out "$OUT/scale" 2>&1 | tail -60
   else
