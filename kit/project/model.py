@@ -369,6 +369,8 @@ def _provenance(scale: KindScale, links: Links, power: PowerProjection | None,
         out["links"] = f"datasheet: platform profile {links.platform.name} (lower bound)"
     if links.inter_measured():
         out["links"] += "; inter-node: measured multi-node fabric bundle"
+    elif links.inter_gbps is None:
+        out["links"] += "; inter-node: no figure (a group across nodes is refused)"
     else:
         out["links"] += f"; inter-node: datasheet {links.platform.name} (not measured)"
     if power is None:
