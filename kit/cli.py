@@ -392,6 +392,51 @@ def platforms_detect() -> None:
     click.echo(f"{spec.name}\t{spec.device_name} ({devices})")
 
 
+@platforms.command("gemm")
+@click.option("--platform", "platform_name", default=None,
+              help="Platform profile this host is (default: detected).")
+@click.option("--workload", "workloads", multiple=True, required=True,
+              help="Workload whose layer GEMMs to time (repeat; depth does not matter).")
+@click.option("--tp", "tps", default="1,2,4,8", show_default=True,
+              help="TP degrees, comma-separated.")
+@click.option("--micro-batch", "micro_batches", default="1,2", show_default=True,
+              help="Micro-batch sizes, comma-separated.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Table file (default: platforms/<platform>.gemm.json, kept with the "
+              "platform profile).")
+@click.option("--min-time-ms", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
+              help="Length of each timed batch of calls.")
+def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: str,
+                   micro_batches: str, output: Path | None, min_time_ms: float) -> None:
+    """Measure this GPU kind's GEMM table: achieved TFLOP/s of torch.matmul at each shape the
+    workloads' layers make under the TP degrees and micro-batches (project uses it to scale
+    MatMul time by shape; docs/projection.md). The last stdout line is the file's path."""
+    from kit.paths import platforms_dir
+    from kit.project.gemm import SUFFIX, write_gemm_table
+    from kit.project.gemm_bench import measure_gemm_table
+    from kit.spec.detect import detect_platform
+
+    name = platform_name or detect_platform().name
+    table = measure_gemm_table(name, list(workloads), _int_list(tps, "--tp"),
+                               _int_list(micro_batches, "--micro-batch"), sys.argv,
+                               min_time_ms / 1000)
+    path = write_gemm_table(table, output or platforms_dir() / f"{table.platform}{SUFFIX}")
+    rates = sorted(p.tflops for p in table.points)
+    click.echo(f"{len(table.points)} GEMM shapes on {table.device} ({table.dtype}): "
+               f"{rates[0]:.4g}..{rates[-1]:.4g} TFLOP/s")
+    click.echo(str(path.resolve()))
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise KitInputError(f"{option} {text!r}: give positive integers, comma-separated")
+    return values
+
+
 @cli.group()
 def container() -> None:
     """Run the kit in a platform's container image; show the container this runs in."""

@@ -15,7 +15,7 @@ from kit.project.model import project
 from kit.project.request import ProjectionTarget
 from kit.project.sources import measured_run
 
-from .conftest import bundle_path, kit_cli, why_failed
+from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 STEPS = ("--steps", "6", "--warmup", "2", "--profile-steps", "3:5")
 
@@ -135,3 +135,125 @@ def test_the_cli_writes_a_projection_compare_reads_and_a_fabric_alone_is_refused
     r = kit_cli("project", str(fabric), "--out", str(tmp_path / "none"))
     assert r.returncode == 2 and "no run bundle given" in r.stderr
     assert not (tmp_path / "none").exists()
+
+
+@pytest.fixture(scope="module")
+def gemm_table(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gemm") / "cpu.gemm.json"
+    r = kit_cli("platforms", "gemm", "--platform", "cpu", "--workload", "gpt3-tiny",
+                "--tp", "1,2", "--micro-batch", "2", "--min-time-ms", "2", "-o", str(out))
+    assert r.returncode == 0, why_failed(r)
+    assert r.stdout.strip().splitlines()[-1] == str(out.resolve())
+    return out
+
+
+def test_the_gemm_table_holds_every_layer_gemm_of_each_tp_degree(gemm_table):
+    table = json.loads(gemm_table.read_text())
+    assert (table["kind"], table["platform"], table["dtype"]) == ("charllm-kit gemm table",
+                                                                  "cpu", "fp32")
+    shapes = {(p["pass"], p["m"], p["n"], p["k"]) for p in table["points"]}
+    tokens, h, ffn, vocab = 2 * 128, 128, 512, 1024  # gpt3-tiny, micro-batch 2
+    for t in (1, 2):
+        for d_in, d_out in ((h, 3 * h // t), (h // t, h), (h, ffn // t), (ffn // t, h),
+                            (h, vocab // t)):
+            assert ("forward", tokens, d_out, d_in) in shapes
+            assert ("dgrad", tokens, d_in, d_out) in shapes
+            assert ("wgrad", d_out, d_in, tokens) in shapes
+    for p in table["points"]:
+        assert p["tflops"] == pytest.approx(2 * p["m"] * p["n"] * p["k"] / p["time_s"] / 1e12)
+
+
+@pytest.mark.timeout(900)
+def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, fabric,
+                                                                          gemm_table):
+    from kit.project.gemm import read_gemm_table, stage_gemms
+    from kit.spec.run import RunConfig
+
+    own = project([dp1, gemm_table], ProjectionTarget(), ["test"])
+    plain = project([dp1], ProjectionTarget(), ["test"])
+    assert own.summary["step_time_s"] == pytest.approx(plain.summary["step_time_s"])
+    tp2 = project([dp1, fabric, gemm_table], ProjectionTarget(tp=2, sp=True), ["test"])
+    flat = project([dp1, fabric], ProjectionTarget(tp=2, sp=True), ["test"])
+    table = read_gemm_table(gemm_table)
+    source = RunConfig.model_validate(read_bundle(dp1).manifest.config)
+    target = RunConfig.model_validate(tp2.config)
+    ratio = (table.efficiency_tflops(stage_gemms(source, 0))
+             / table.efficiency_tflops(stage_gemms(target, 0)))
+    got = tp2.stages[0].compute_by_category_s["MatMul"]
+    assert got == pytest.approx(flat.stages[0].compute_by_category_s["MatMul"] * ratio)
+    assert tp2.source_kind == "cpu"
+    assert [i.role for i in tp2.inputs] == ["compute", "fabric", "gemm"]
+    assert tp2.provenance["links"].startswith("measured fabric bundle of cpu")
+    assert "measured GEMM table cpu.gemm.json" in tp2.provenance["matmul_efficiency"]
+    assert flat.provenance["matmul_efficiency"].startswith("assumed: no GEMM table of cpu")
+    assert any("no GEMM table of cpu" in a for a in flat.assumptions)
+    shares = tp2.step["bound_shares"]  # the slowest stage's step, split four ways
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert tp2.step["bound"] == max(("compute", "memory", "link"), key=shares.get)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("extra, needle", [
+    ((), "no GEMM table of cpu and h100"),
+    (("GEMM",), "no GEMM table of h100"),
+])
+def test_another_gpu_kind_without_what_it_needs_is_refused(dp1, gemm_table, tmp_path, extra,
+                                                          needle):
+    given = [str(gemm_table) if e == "GEMM" else e for e in extra]
+    r = kit_cli("project", str(dp1), *given, "--platform", "h100", "--devices-per-node", "1",
+                "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ")
+    assert not (tmp_path / "o").exists()
+
+
+def _cpu_kind(folder: Path, name: str, bandwidth: float, peak: float) -> Path:
+    """The cpu profile under another name with datasheet figures: a second 'GPU kind'."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "platforms/cpu.yaml").read_text())
+    spec.update(name=name, memory_bandwidth_gbps=bandwidth, peak_tflops={"fp32": peak})
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.timeout(900)
+def test_across_kinds_memory_bound_kernels_follow_the_bandwidth_and_gemms_the_tables(
+        tmp_path_factory):
+    from kit.project.gemm import read_gemm_table, stage_gemms
+    from kit.spec.run import RunConfig
+
+    folder = tmp_path_factory.mktemp("kinds")
+    kind_a, kind_b = _cpu_kind(folder, "cpua", 100.0, 1.0), _cpu_kind(folder, "cpub", 400.0, 2.0)
+    tables = []
+    for kind in (kind_a, kind_b):
+        table = folder / f"{kind.stem}.gemm.json"
+        r = kit_cli("platforms", "gemm", "--platform", str(kind), "--workload", "gpt3-tiny",
+                    "--tp", "1", "--micro-batch", "2", "--min-time-ms", "2", "-o", str(table))
+        assert r.returncode == 0, why_failed(r)
+        tables.append(table)
+    run = _run(tmp_path_factory, "cpua", "run", "gpt3-tiny", "--platform", str(kind_a), *STEPS)
+    r = kit_cli("project", str(run), "--platform", str(kind_b), "--out", str(folder / "none"))
+    assert r.returncode == 2 and "no GEMM table of cpua and cpub" in r.stderr, r.stderr
+    same = project([run, *tables], ProjectionTarget(), ["test"])
+    other = project([run, *tables], ProjectionTarget(platform=str(kind_b)), ["test"])
+    assert (same.source_kind, other.source_kind) == ("cpua", "cpua")
+    assert other.config["platform"]["name"] == "cpub"
+    a, b = same.stages[0].compute_by_category_s, other.stages[0].compute_by_category_s
+    assert {"MatMul", "elementwise/memory"} <= set(a)
+    for cat in ("norm", "elementwise/memory", "other"):
+        if cat in a:
+            assert b[cat] == pytest.approx(a[cat] * 100 / 400)
+    if "attention" in a:
+        assert b["attention"] == pytest.approx(a["attention"] / 2)
+    cfg = RunConfig.model_validate(same.config)
+    gemms = stage_gemms(cfg, 0)
+    ratio = (read_gemm_table(tables[0]).efficiency_tflops(gemms)
+             / read_gemm_table(tables[1]).efficiency_tflops(gemms))
+    assert b["MatMul"] == pytest.approx(a["MatMul"] * ratio)
+    assert other.stages[0].optimizer_s == pytest.approx(same.stages[0].optimizer_s / 4)
+    assert other.provenance["memory_bound"] == "datasheet memory bandwidth 100 -> 400 GB/s"
+    assert other.provenance["matmul_efficiency"] == ("measured GEMM table cpua.gemm.json -> "
+                                                     "cpub.gemm.json")
+    assert [i.role for i in other.inputs] == ["compute", "gemm", "gemm"]

@@ -3,8 +3,10 @@
     python3 benchmarks/projection/predict.py --out PRED_DIR [--platform h100]
         [--like MEASURED_DIR] BUNDLE...
 
-BUNDLE...: the 1-GPU runs and the fabric bundle(s) of the machine. Without ``--like`` the
-points are issue 29's (points.POINTS); with it, one per measured training bundle found under
+BUNDLE...: the 1-GPU runs, the fabric bundle(s) and GEMM tables (``*.gemm.json``) of the
+machine, or of another GPU kind with ``--platform`` naming this one (a projection across
+kinds; it then needs the GEMM tables of both). Without ``--like`` the points are issue 37's
+(points.POINTS); with it, one per measured training bundle found under
 MEASURED_DIR, at that bundle's own layout, batch and devices per node, so every measurement has
 its prediction whatever flags it ran with. ``--platform`` names the full platform profile when
 the 1-GPU runs recorded a cut one (runs on part of a host). Prints one line per point.
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from points import GLOBAL_BATCH, MICRO_BATCH, POINTS, WORKLOAD, point_name  # noqa: E402
+from points import POINTS, WORKLOAD, point_name, target_fields  # noqa: E402
 
 from kit.errors import KitInputError  # noqa: E402
 from kit.project.file import SUFFIX, write_projection  # noqa: E402
@@ -50,11 +52,10 @@ def target_of(config: dict[str, Any], platform: str | None) -> ProjectionTarget:
 
 
 def issue_targets(platform: str | None) -> dict[str, ProjectionTarget]:
-    """Issue 29's points."""
+    """Issue 37's points (points.POINTS)."""
     return {name: ProjectionTarget(platform=platform, devices_per_node=gpus,
-                                   micro_batch_size=MICRO_BATCH,
-                                   global_batch_size=GLOBAL_BATCH, **fields)
-            for name, (gpus, fields) in POINTS.items()}
+                                   **target_fields(name))
+            for name, (gpus, _) in POINTS.items()}
 
 
 def main() -> int:
@@ -75,15 +76,16 @@ def main() -> int:
         try:
             proj = project(args.bundles, target, sys.argv)
         except KitInputError as e:
-            print(f"{name:16} not projected: {e}")
+            print(f"{name:28} not projected: {e}")
             failed += 1
             continue
         write_projection(proj, args.out / f"{name}{SUFFIX}")
         low, point, high = proj.interval["step_time_s"]
         power = proj.summary["power_w_mean"]
-        print(f"{name:16} step {point:.4f} s [{low:.4f}..{high:.4f}]  power "
+        print(f"{name:28} step {point:.4f} s [{low:.4f}..{high:.4f}]  power "
               + ("n/a" if power is None else f"{power:.0f} W")
-              + f"  from {next(i.bundle for i in proj.inputs if i.role == 'compute')}")
+              + f"  from {next(i.bundle for i in proj.inputs if i.role == 'compute')}"
+              + f" ({proj.source_kind})")
     return 1 if failed == len(targets) else 0
 
 

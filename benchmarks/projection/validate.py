@@ -30,7 +30,9 @@ from kit.project.file import SUFFIX, ProjectionFile, read_projection  # noqa: E4
 from kit.project.sources import device_power  # noqa: E402
 
 TOLERANCE = 0.10
-"""Issue 29's bar: within 10% of the measured step time and mean power."""
+"""Issue 29's bar: within 10% of the measured step time and mean power (issue 37 asks 15% of
+the step across GPU kinds: the table shows the errors, the JSON both counts)."""
+CROSS_KIND = 0.15
 PARTS = ("compute", "communication", "idle")
 
 
@@ -105,6 +107,8 @@ def point(pred: ProjectionFile, bundle: Bundle) -> dict[str, Any]:
         "predicted_split_s": split_p, "measured_split_s": split_m,
         "why": why(step_error, split_p, split_m),
         "source": next(i.bundle for i in pred.inputs if i.role == "compute"),
+        "source_kind": pred.source_kind,
+        "inputs_from": pred.provenance,
         "measured_bundle": bundle.path.name,
     }
 
@@ -118,19 +122,21 @@ def _num(x: float | None, fmt: str) -> str:
 
 
 def table(points: list[dict[str, Any]]) -> str:
-    rows = [(p["name"], p["world_size"], _num(p["predicted_step_s"], ".4f"),
+    rows = [(p["name"], p["source_kind"] or "?", p["world_size"],
+             _num(p["predicted_step_s"], ".4f"),
              f"{p['predicted_step_interval_s'][0]:.3f}..{p['predicted_step_interval_s'][1]:.3f}",
              _num(p["measured_step_s"], ".4f"), _pct(p["step_error"]),
              _num(p["predicted_power_w"], ".0f"), _num(p["measured_power_w"], ".0f"),
              _pct(p["power_error"]), p["why"]) for p in points]
-    return tabulate(rows, headers=("point", "GPUs", "pred step s", "interval s", "meas step s",
-                                   "error", "pred W", "meas W", "error", "miss: why"),
+    return tabulate(rows, headers=("point", "from", "GPUs", "pred step s", "interval s",
+                                   "meas step s", "error", "pred W", "meas W", "error",
+                                   "miss: why"),
                     disable_numparse=True)
 
 
-def _within(points: list[dict[str, Any]], key: str) -> str:
+def _within(points: list[dict[str, Any]], key: str, tolerance: float = TOLERANCE) -> str:
     known = [p[key] for p in points if p[key] is not None]
-    return f"{sum(abs(e) <= TOLERANCE for e in known)}/{len(known)}"
+    return f"{sum(abs(e) <= tolerance for e in known)}/{len(known)}"
 
 
 def main() -> int:
@@ -138,7 +144,8 @@ def main() -> int:
     ap.add_argument("pred_dir", type=Path)
     ap.add_argument("measured_dir", type=Path)
     ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--tag", help="<gpu>x<N> in the file names (default: from the bundles)")
+    ap.add_argument("--tag", help="<gpu>x<N> in the file names (default: from the bundles; a "
+                    "cross-kind validation adds -from-<kind>)")
     args = ap.parse_args()
     preds = {point_key(p.config): p for p in map(read_projection,
                                                  sorted(args.pred_dir.glob(f"*{SUFFIX}")))}
@@ -164,15 +171,18 @@ def main() -> int:
               and first.inventory[0].gpus else first.platform.get("device_name"))
     summary = {"step_within_10pct": _within(points, "step_error"),
                "power_within_10pct": _within(points, "power_error"),
+               "step_within_15pct": _within(points, "step_error", CROSS_KIND),
                "measured_in_interval": f"{sum(p['measured_in_interval'] for p in points)}/"
                                        f"{len(points)}",
+               "source_kinds": sorted({p["source_kind"] or "?" for p in points}),
                "unmatched": unmatched}
     text = "\n".join([
         f"# projection vs measurement, {tag} ({device}); "
         f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}",
         f"# predictions: {args.pred_dir}  measurements: {args.measured_dir}",
         table(points), "",
-        f"step time within 10%: {summary['step_within_10pct']}; mean power within 10%: "
+        f"step time within 10%: {summary['step_within_10pct']} (15%: "
+        f"{summary['step_within_15pct']}); mean power within 10%: "
         f"{summary['power_within_10pct']}; measured step inside the projected interval: "
         f"{summary['measured_in_interval']}", *unmatched])
     print(text)

@@ -13,7 +13,8 @@ whole sequence on every TP rank); ``r`` is the recompute factor: 4/3 on every la
 with full recompute (one more forward of three passes), 4/3 on attention with selective
 recompute (its core attention is recomputed), else 1. Expert parallelism does not change the
 work: a rank holds ``E/e`` experts and receives the tokens ``e`` ranks route to them. The
-target's seconds are ``rate x work``, so a projection to the measured layout returns the
+target's seconds are ``rate x work`` times what kit.project.kinds says the target's GEMM shapes
+(a measured GEMM table) or GPU kind change, so a projection to the measured layout returns the
 measured seconds.
 
 The optimizer step (phase timers) is taken out of the measured compute (from element-wise and
@@ -131,11 +132,19 @@ class StageCompute:
     """Share of ``device_s`` in backward (2/3, 3/4 with full recompute)."""
 
 
-def stage_compute(rates: SourceRates, cfg: RunConfig, stage: int) -> StageCompute:
-    """The target's compute on one rank of ``stage`` (module docstring)."""
-    by_cat = {k: r * work(cfg, stage, k) for k, r in rates.seconds_per_work.items()}
+def stage_compute(rates: SourceRates, cfg: RunConfig, stage: int,
+                  factors: dict[str, float] | None = None,
+                  optimizer_factor: float = 1.0) -> StageCompute:
+    """The target's compute on one rank of ``stage`` (module docstring).
+
+    ``factors``: per category, what the target's GEMM shapes or GPU kind change beyond the work
+    (kit.project.kinds; missing: 1); ``optimizer_factor`` likewise for the optimizer step.
+    """
+    f = factors or {}
+    by_cat = {k: r * work(cfg, stage, k) * f.get(k, 1.0)
+              for k, r in rates.seconds_per_work.items()}
     layers = layers_per_stage(cfg)
-    optimizer = (rates.optimizer_s_per_param * optimizer_parameters(cfg, stage)
+    optimizer = (rates.optimizer_s_per_param * optimizer_parameters(cfg, stage) * optimizer_factor
                  if rates.optimizer_s_per_param is not None else 0.0)
     backward = 3 / 4 if cfg.optim.recompute == "full" else 2 / 3
     return StageCompute(sum(by_cat.values()), by_cat,

@@ -33,13 +33,15 @@ class ProjectionInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    role: Literal["compute", "optimizer", "fabric", "unused"] = Field(
+    role: Literal["compute", "optimizer", "fabric", "gemm", "unused"] = Field(
         description="compute: the run whose breakdown and power were scaled; optimizer: the "
         "run whose phase timers gave the optimizer's time; fabric: busbw curves and the power "
-        "during collectives; unused: given but not chosen.")
+        "during collectives; gemm: a GEMM table (MatMul efficiency by shape); unused: given "
+        "but not chosen.")
     bundle: str = Field(description="The bundle's id (its directory name).")
     path: str = Field(description="The path it was read from.")
-    sums_sha256: str = Field(description="SHA-256 of its SHA256SUMS, which pins every file.")
+    sums_sha256: str = Field(description="SHA-256 of its SHA256SUMS, which pins every file (of a "
+                             "GEMM table: of the file itself).")
     what: str = Field(description="Workload, platform and layout, one line.")
 
 
@@ -96,7 +98,8 @@ class ProjectionFile(BaseModel):
     interval: dict[str, Triple] = Field(
         description="[low, point, high] of each projected summary key.")
     step: dict[str, Any] = Field(
-        description="pipeline_s, bubble_s, bubble_frac_analytical, micro_batches, graphed.")
+        description="pipeline_s, bubble_s, bubble_frac_analytical, micro_batches, graphed, "
+        "bound (compute, memory or link), bound_shares, bound_stage.")
     stages: list[StageRecord]
     collectives: list[CollectiveRecord]
     power: dict[str, Any] | None = Field(
@@ -104,6 +107,12 @@ class ProjectionFile(BaseModel):
     memory: dict[str, Any] = Field(description="kit.plan.memory's estimate of the target.")
     assumptions: list[str]
     notes: list[str]
+    source_kind: str | None = Field(
+        None, description="The GPU kind (platform name) the measured inputs came from.")
+    provenance: dict[str, str] = Field(
+        default_factory=dict, description="Where each input of the model came from, per part "
+        "(compute, matmul_efficiency, memory_bound, attention, idle, links, power): a measured "
+        "bundle, a measured GEMM table, a datasheet, or assumed.")
 
 
 def is_projection_file(path: str | Path) -> bool:

@@ -27,10 +27,12 @@ from kit.errors import KitInputError
 from kit.plan.memory import GIB
 from kit.project.compute import SourceRates, optimizer_parameters, stage_compute
 from kit.project.file import CollectiveRecord, ProjectionFile, ProjectionInput, StageRecord
+from kit.project.gemm import is_gemm_table
+from kit.project.kinds import KindScale, datasheet, kind_scale, read_tables
 from kit.project.network import Links, place
 from kit.project.power import PowerProjection, project_power
 from kit.project.request import ProjectionTarget, plan_target
-from kit.project.sources import Inputs, MeasuredRun, read_inputs
+from kit.project.sources import UNPROFILED, Inputs, MeasuredRun, read_inputs
 from kit.project.span import Span
 from kit.project.step import StepModel, assemble, stage_step
 from kit.project.volumes import stage_collectives
@@ -123,10 +125,12 @@ def _inputs(given: dict[Path, str], inputs: Inputs, chosen: MeasuredRun,
 
 
 def _model_step(cfg: RunConfig, rates: SourceRates, links: Links,
-                overlap: dict[str, float], graphed: bool) -> StepModel:
+                overlap: dict[str, float], graphed: bool, scale: KindScale) -> StepModel:
     stages, times = [], []
+    optimizer = scale.memory_ratio if scale.cross_kind else 1.0
     for s in range(cfg.parallel.pp):
-        stage, collectives = stage_step(cfg, s, stage_compute(rates, cfg, s),
+        compute = stage_compute(rates, cfg, s, scale.factors(cfg, s), optimizer)
+        stage, collectives = stage_step(cfg, s, compute,
                                         stage_collectives(cfg, s), links, overlap,
                                         eager=not graphed)
         stages.append(stage)
@@ -159,14 +163,36 @@ def _summary(cfg: RunConfig, step: Span, power: PowerProjection | None,
     return summary, {k: v.as_list() for k, v in spans.items()}
 
 
+def _compute_assumption(chosen: MeasuredRun, scale: KindScale) -> list[str]:
+    head = (f"compute scaled from {chosen.bundle.path.name} ({_run_what(chosen)}) by model FLOPs "
+            "per rank and micro-batch: TP and CP shard every GEMM and attention, norms and "
+            "element-wise kernels only with SP; ")
+    if scale.source_eff_tflops is None or scale.target_table is None:
+        why = (f"no GEMM table of {scale.target_kind}" if scale.target_table is None
+               else "no MatMul time in the measured run (no profile)")
+        out = [head + f"{why}: kernel efficiency is the measured one at every shape (a TP "
+               "shard's smaller GEMMs run slower than that: the step is then under-predicted)"]
+    else:
+        src = scale.source_table
+        out = [head + "MatMul efficiency by shape from the GEMM table "
+               + (scale.target_table.path.name if src is scale.target_table
+                  else f"{src.path.name if src else '?'} -> {scale.target_table.path.name}")
+               + f" (the source run's GEMMs at {scale.source_eff_tflops:.4g} TFLOP/s there); "
+               "attention and the other kernels at the measured efficiency"]
+    if scale.cross_kind:
+        out.append(f"another GPU kind: measured on {scale.source_kind}, projected onto "
+                   f"{scale.target_kind}; norm, element-wise, other kernels and the optimizer by "
+                   f"the datasheet memory bandwidth ratio (x{scale.memory_ratio:.3g}), attention "
+                   f"by the dense peak ratio (x{scale.peak_ratio:.3g}), host gaps as measured")
+    return out
+
+
 def _assumptions(cfg: RunConfig, chosen: MeasuredRun, optimizer_from: MeasuredRun | None,
-                 links: Links, power: PowerProjection | None, graphed: bool) -> list[str]:
+                 links: Links, power: PowerProjection | None, graphed: bool,
+                 scale: KindScale) -> list[str]:
     src = chosen.cfg
     out = [
-        f"compute scaled from {chosen.bundle.path.name} ({_run_what(chosen)}) by model FLOPs per "
-        "rank and micro-batch: TP and CP shard every GEMM and attention ideally, norms and "
-        "element-wise kernels only with SP; kernel efficiency is the measured one at every "
-        "shape",
+        *_compute_assumption(chosen, scale),
         *links.describe(),
         "TP, SP, CP, EP and PP exchanges block the compute stream (megatron-core's local spec, "
         "no Transformer Engine overlap); pipeline: 1F1B with the measured-per-layer stage time",
@@ -199,7 +225,9 @@ def _assumptions(cfg: RunConfig, chosen: MeasuredRun, optimizer_from: MeasuredRu
                       else "as compute (no warm idle samples)")
                    + ", communication " + (f"{ph.comm_w:.0f} W" if ph.comm_w is not None
                                            else "as compute")
-                   + "; peak as measured")
+                   + "; peak as measured"
+                   + (f"; x{power.scale:.3g}, the {scale.target_kind}/{scale.source_kind} "
+                      "datasheet TDP ratio" if scale.cross_kind else ""))
     return out
 
 
@@ -211,16 +239,15 @@ def project(paths: list[str | Path], target: ProjectionTarget,
         KitInputError: Unusable inputs, an impossible target, no run of the same model and
             platform, or no bandwidth figure for a collective the target needs.
     """
-    inputs = read_inputs(paths)
+    table_paths = [Path(p) for p in paths if is_gemm_table(p)]
+    tables = read_tables(table_paths)
+    inputs = read_inputs([p for p in paths if not is_gemm_table(p)])
     platforms = {r.cfg.platform.name for r in inputs.runs}
     if len(platforms) > 1:
         raise KitInputError(f"runs of several platforms given ({', '.join(sorted(platforms))}): "
                             "a projection scales one platform's measurements")
     first = inputs.runs[0]
     platform = load_platform(target.platform) if target.platform else first.cfg.platform
-    if platform.name != first.cfg.platform.name:
-        raise KitInputError(f"--platform {target.platform} is {platform.name}; the runs were "
-                            f"measured on {first.cfg.platform.name}: project on that platform")
     plan = plan_target(target, first.cfg.workload, platform)
     cfg = plan.cfg
     if cfg.optim.fsdp or cfg.parallel.moe_dispatcher != "alltoall":
@@ -234,18 +261,17 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     chosen = _choose(runs, cfg, graphed)
     optimizer_s, optimizer_from = _optimizer_s(chosen, runs)
     rates = SourceRates.of(chosen, optimizer_s)
-    fabrics = [f for f, b in zip(inputs.fabrics, inputs.fabric_bundles, strict=True)
-               if b.manifest.platform["name"] == cfg.platform.name]
-    links = Links(cfg.platform, fabrics)
+    scale = kind_scale(chosen, cfg.platform, tables)
+    links = _links(cfg, inputs, scale)
     try:
-        step = _model_step(cfg, rates, links, _measured_overlap(chosen, cfg), graphed)
+        step = _model_step(cfg, rates, links, _measured_overlap(chosen, cfg), graphed, scale)
     except ValueError as e:
         raise KitInputError(str(e)) from None
     lo, median, hi = chosen.step_s
     step_s = step.step_s.stretch(1 - lo / median, hi / median - 1)
     step = StepModel(step_s, step.pipeline_s, step.bubble_s, step.bubble_frac_analytical,
                      step.stages, step.collectives)
-    power = project_power(chosen, inputs.comm_power_w, cfg, step)
+    power = _power(chosen, inputs, cfg, step, scale)
     mem_gib = plan.memory.peak.total_bytes / GIB  # run --dry-run's "total per device"
     summary, interval = _summary(cfg, step_s, power, mem_gib)
     given = {Path(p).resolve(): str(p) for p in paths}
@@ -254,12 +280,13 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     return ProjectionFile(
         kit_version=kit.__version__, git_commit=_git_commit(),
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        command=command, inputs=_inputs(given, inputs, chosen, optimizer_from),
+        command=command, inputs=_inputs(given, inputs, chosen, optimizer_from)
+        + _table_inputs(scale, given),
         config=cfg.model_dump(mode="json"), summary=summary, interval=interval,
         step={"pipeline_s": step.pipeline_s.as_list(), "bubble_s": step.bubble_s,
               "bubble_frac_analytical": step.bubble_frac_analytical,
               "micro_batches": cfg.grad_accum_steps, "graphed": graphed,
-              "measured_step_s": list(chosen.step_s)},
+              "measured_step_s": list(chosen.step_s), **_bound(cfg, step)},
         stages=[_stage_record(s) for s in step.stages],
         collectives=[_collective_record(cfg, c) for c in step.collectives],
         power=None if power is None else {"compute_w": power.phases.compute_w,
@@ -267,9 +294,93 @@ def project(paths: list[str | Path], target: ProjectionTarget,
                                           "idle_w": power.phases.idle_w},
         memory={"total_gib": mem_gib, "allocated_gib": plan.memory.peak.allocated_bytes / GIB,
                 "fits": plan.memory.fits, "refusal": plan.refusal},
-        assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed),
+        assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed, scale),
         notes=[f"layout {layout_label(cfg.model_dump(mode='json'))}"]
-        + ([f"predicted not to fit: {plan.refusal}"] if plan.refusal else []))
+        + ([f"predicted not to fit: {plan.refusal}"] if plan.refusal else []),
+        source_kind=scale.source_kind, provenance=_provenance(scale, links, power, chosen))
+
+
+_COMPUTE_BOUND = ("MatMul", "attention", UNPROFILED)
+
+
+def _bound(cfg: RunConfig, step: StepModel) -> dict[str, Any]:
+    """What the slowest stage's step is spent on (point): tensor-core kernels (``compute``),
+    memory-bound kernels and the optimizer (``memory``), exposed collectives (``link``) and the
+    rest (``idle``: host gaps, bubble, waiting); ``bound`` is the largest of the first three."""
+    m, total = cfg.grad_accum_steps, step.step_s.point
+    slowest = max(step.stages, key=lambda s: m * s.micro_batch_s.point + s.tail_s.point)
+    c = slowest.compute
+    compute = m * sum(v for k, v in c.by_category.items() if k in _COMPUTE_BOUND)
+    memory = m * sum(v for k, v in c.by_category.items() if k not in _COMPUTE_BOUND)
+    memory += c.optimizer_s
+    link = m * slowest.blocking_comm_s.point + slowest.tail_comm_s.point
+    shares = {"compute": compute / total, "memory": memory / total, "link": link / total}
+    shares["idle"] = max(0.0, 1 - sum(shares.values()))
+    bound = max(("compute", "memory", "link"), key=lambda k: shares[k])
+    return {"bound": bound, "bound_shares": shares, "bound_stage": slowest.stage}
+
+
+def _links(cfg: RunConfig, inputs: Inputs, scale: KindScale) -> Links:
+    """The target's fabric bundles; across kinds without one, the source kind's, borrowed
+    (kit.project.network)."""
+    def of(kind: str) -> list[Any]:
+        return [f for f, b in zip(inputs.fabrics, inputs.fabric_bundles, strict=True)
+                if b.manifest.platform["name"] == kind]
+
+    own, borrowed = of(cfg.platform.name), of(scale.source_kind)
+    if own or not scale.cross_kind or not borrowed:
+        return Links(cfg.platform, own)
+    source = next(r.cfg.platform for r in inputs.runs if r.cfg.platform.name == scale.source_kind)
+    return Links(cfg.platform, borrowed, borrowed_from=source)
+
+
+def _power(chosen: MeasuredRun, inputs: Inputs, cfg: RunConfig, step: StepModel,
+           scale: KindScale) -> PowerProjection | None:
+    """Power on the target; across kinds scaled by the datasheet TDP ratio, None without it."""
+    ratio = 1.0
+    if scale.cross_kind:
+        src, dst = datasheet(chosen.cfg.platform).tdp_w, datasheet(cfg.platform).tdp_w
+        if src is None or dst is None:
+            return None
+        ratio = dst / src
+    return project_power(chosen, inputs.comm_power_w, cfg, step, ratio)
+
+
+def _table_inputs(scale: KindScale, given: dict[Path, str]) -> list[ProjectionInput]:
+    out: list[ProjectionInput] = []
+    for t in dict.fromkeys(x for x in (scale.source_table, scale.target_table) if x is not None):
+        out.append(ProjectionInput(
+            role="gemm", bundle=t.path.name, path=given.get(t.path.resolve(), str(t.path)),
+            sums_sha256=hashlib.sha256(t.path.read_bytes()).hexdigest(),
+            what=f"GEMM table of {t.table.platform} ({t.table.device}, {t.table.dtype}, "
+                 f"{len(t.table.points)} shapes, {t.table.created_utc})"))
+    return out
+
+
+def _provenance(scale: KindScale, links: Links, power: PowerProjection | None,
+                chosen: MeasuredRun) -> dict[str, str]:
+    out = dict(scale.provenance)
+    if links.borrowed_from is not None:
+        out["links"] = (f"measured fabric of {links.borrowed_from.name}, scaled by the datasheet "
+                        f"intra-node ratio; low end: {links.platform.name} datasheet")
+    elif links.has_measured_intra():
+        out["links"] = f"measured fabric bundle of {links.platform.name}"
+    else:
+        out["links"] = f"datasheet: platform profile {links.platform.name} (lower bound)"
+    if links.inter_measured():
+        out["links"] += "; inter-node: measured multi-node fabric bundle"
+    elif links.inter_gbps is None:
+        out["links"] += "; inter-node: no figure (a group across nodes is refused)"
+    else:
+        out["links"] += f"; inter-node: datasheet {links.platform.name} (not measured)"
+    if power is None:
+        out["power"] = "not projected"
+    elif scale.cross_kind:
+        out["power"] = (f"measured on {scale.source_kind} ({chosen.bundle.path.name}) x the "
+                        f"datasheet TDP ratio {power.scale:.3g}")
+    else:
+        out["power"] = f"measured bundle {chosen.bundle.path.name}"
+    return out
 
 
 def _stage_record(s: Any) -> StageRecord:

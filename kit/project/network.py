@@ -22,6 +22,10 @@ drives its own NIC, so concurrent groups of one layout do not share them), cappe
 intra-node busbw at that size; the time is at least the intra-node time (latency). A fabric
 bundle of several nodes (``fabric --nodes N``) replaces the platform figure: its curve, scaled
 by members per node over its ranks per node.
+
+**Another GPU kind** (kit.project.kinds): without a fabric bundle of the target, the source
+kind's curves serve, their busbw scaled by the ratio of the two datasheets' ``intra_node``
+figures; the low end of each time is the target datasheet's figure without latency.
 """
 
 import math
@@ -115,12 +119,24 @@ def _link(platform: PlatformSpec, scope: str) -> float | None:
 class Links:
     """Collective times for one platform from its measured fabric bundles and profile."""
 
-    def __init__(self, platform: PlatformSpec, fabrics: list[MeasuredFabric]) -> None:
+    def __init__(self, platform: PlatformSpec, fabrics: list[MeasuredFabric],
+                 borrowed_from: PlatformSpec | None = None) -> None:
+        """``borrowed_from``: the fabrics were measured on this other GPU kind (no fabric of
+        ``platform`` exists); their busbw is scaled by the datasheet intra-node ratio and the
+        datasheet figure itself (no latency) becomes the low end."""
         self.platform = platform
-        self._intra = [(f, _curves(f)) for f in fabrics if f.nodes == 1]
-        self._inter = [(f, _curves(f)) for f in fabrics if f.nodes > 1]
+        self.borrowed_from = borrowed_from
         self.intra_gbps = _link(platform, "intra_node")
         self.inter_gbps = _link(platform, "inter_node")
+        self._scale = 1.0
+        if borrowed_from is not None:
+            source = _link(borrowed_from, "intra_node")
+            if source is None or self.intra_gbps is None:
+                fabrics = []
+            else:
+                self._scale = self.intra_gbps / source
+        self._intra = [(f, _curves(f)) for f in fabrics if f.nodes == 1]
+        self._inter = [(f, _curves(f)) for f in fabrics if f.nodes > 1]
 
     def _intra_curve(self, op: CollectiveOp, ranks: int) -> _Curve | None:
         have = [(f, c[op]) for f, c in self._intra if op in c]
@@ -132,14 +148,15 @@ class Links:
         """(busbw GB/s, slowest-rank ratio) within one node; None when nothing says."""
         curve = self._intra_curve(op, ranks)
         if curve is not None:
-            return curve.busbw(size)
+            busbw, slow = curve.busbw(size)
+            return busbw * self._scale, slow
         return None if self.intra_gbps is None else (self.intra_gbps, 1.0)
 
     def _inter_busbw(self, op: CollectiveOp, size: int, members: int) -> float | None:
         have = [(f, c[op]) for f, c in self._inter if op in c]
         if have:
             f, curve = have[0]
-            return curve.busbw(size)[0] * members / f.ranks_per_node
+            return curve.busbw(size)[0] * self._scale * members / f.ranks_per_node
         return None if self.inter_gbps is None else self.inter_gbps * members
 
     def op_time(self, op: CollectiveOp, size: int, where: Placement) -> Span:
@@ -158,7 +175,7 @@ class Links:
                                  f"{self.platform.name} (charllm-kit fabric) or a platform "
                                  "profile with an intra_node interconnect")
             t = size * factor / (intra[0] * 1e9)
-            return Span(t, t, t * intra[1])
+            return Span(self._datasheet_low(size * factor, t), t, t * intra[1])
         inter = self._inter_busbw(op, size, where.members_per_node)
         if inter is None:
             raise ValueError(f"no inter-node bandwidth for {op}: give a fabric bundle of "
@@ -166,16 +183,36 @@ class Links:
                              "an inter_node interconnect")
         busbw, slow = (min(inter, intra[0]), intra[1]) if intra is not None else (inter, 1.0)
         t = size * factor / (busbw * 1e9)
-        return Span(t, t, t * slow)
+        return Span(self._datasheet_low(size * factor, t), t, t * slow)
+
+    def _datasheet_low(self, moved: float, t: float) -> float:
+        """With borrowed curves: the datasheet intra-node figure's time, no latency (else t)."""
+        if self.borrowed_from is None or not self._intra or self.intra_gbps is None:
+            return t
+        return min(t, moved / (self.intra_gbps * 1e9))
 
     def time(self, cfg: RunConfig, c: Collective) -> Span:
         """All ``calls`` of collective ``c`` in the layout ``cfg``, seconds."""
         return self.op_time(c.op, c.size_bytes, place(cfg, c.group)).scale(c.calls)
 
+    def has_measured_intra(self) -> bool:
+        """Whether a fabric bundle feeds intra-node times."""
+        return bool(self._intra)
+
+    def inter_measured(self) -> bool:
+        """Whether a multi-node fabric bundle feeds inter-node times."""
+        return bool(self._inter)
+
     def describe(self) -> list[str]:
         """Which figures feed intra- and inter-node times, for the projection's assumptions."""
         lines = []
-        if self._intra:
+        if self._intra and self.borrowed_from is not None:
+            lines.append(f"collectives: no fabric bundle of {self.platform.name}: busbw measured "
+                         f"on {self.borrowed_from.name} by " + ", ".join(
+                             f.name for f, _ in self._intra) + f", scaled by the datasheet "
+                         f"intra-node ratio {self._scale:.3g}; the low end at the "
+                         f"{self.platform.name} datasheet figure without latency")
+        elif self._intra:
             lines.append("intra-node collectives: busbw measured by " + ", ".join(
                 f"{f.name} ({f.results.ranks} ranks, {f.results.backend})" for f, _ in self._intra))
         elif self.intra_gbps is not None:

@@ -19,7 +19,9 @@ Alternatives the interval spans: power in short idle gaps and in communication m
 ``P_compute`` (clocks and rails do not drop within milliseconds, and NVML's power is an
 average), so the low/high ends also take ``P_idle`` and ``P_comm`` equal to ``P_compute``,
 each solved again against the run; and the step time at its own ends. The peak is the run's:
-the same kernels peak alike (a power-capped GPU stays capped).
+the same kernels peak alike (a power-capped GPU stays capped). On another GPU kind every phase
+power is the source's times the ratio of the datasheets' TDPs (a first-order guess recorded as
+such: the same kernels draw the same share of the power limit).
 """
 
 import itertools
@@ -49,6 +51,8 @@ class PowerProjection:
     energy_j_per_token: Span
     phases: PhasePower
     """The point's phase powers (``comm_w`` as used: the fabric's or the idle power)."""
+    scale: float = 1.0
+    """What every phase power was multiplied by (another GPU kind's TDP ratio)."""
 
 
 def _solve_compute_w(run: MeasuredRun, idle_w: float | None, comm_w: float | None) -> float | None:
@@ -83,9 +87,10 @@ def _stage_energy(step: StepModel, m: int, scenario: int, p_c: float, p_comm: fl
 
 
 def project_power(run: MeasuredRun, comm_w: float | None, cfg: RunConfig,
-                  step: StepModel) -> PowerProjection | None:
+                  step: StepModel, scale: float = 1.0) -> PowerProjection | None:
     """Mean and peak power per GPU and energy per token (module docstring); None when the run
-    has no power telemetry."""
+    has no power telemetry. ``scale`` multiplies every phase power (another GPU kind: the
+    datasheet TDP ratio, kit.project.model)."""
     idle_w = run.power.idle_w
     point_comm = comm_w if comm_w is not None else idle_w
     point_c = _solve_compute_w(run, idle_w, point_comm)
@@ -109,6 +114,10 @@ def project_power(run: MeasuredRun, comm_w: float | None, cfg: RunConfig,
         energies.append(energy)
         if scenario == 1 and pi is idle_w and pm is point_comm:
             point_mean, point_energy = mean, energy
-    return PowerProjection(Span.of(*means, point=point_mean),
-                           run.power.peak_w, Span.of(*energies, point=point_energy),
-                           PhasePower(point_c, point_comm, idle_w))
+    def times(w: float | None) -> float | None:
+        return None if w is None else w * scale
+
+    return PowerProjection(Span.of(*means, point=point_mean).scale(scale),
+                           times(run.power.peak_w),
+                           Span.of(*energies, point=point_energy).scale(scale),
+                           PhasePower(point_c * scale, times(point_comm), times(idle_w)), scale)

@@ -53,6 +53,11 @@ def projection_text(p: ProjectionFile) -> str:
              tabulate(rows, headers=("figure", "projected"), disable_numparse=True)]
     step = p.step
     bubble = step["bubble_frac_analytical"]
+    if "bound" in step:
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in step["bound_shares"].items())
+        parts.append(f"bound: {step['bound']} (stage {step['bound_stage']}'s step: {shares})")
+    if p.provenance:
+        parts.append("rests on:\n" + "\n".join(f"  {k}: {v}" for k, v in p.provenance.items()))
     parts.append(f"{step['micro_batches']} micro-batches per step"
                  + (f"; pipeline bubble {step['bubble_s']:.4g} s (analytical fraction "
                     f"{bubble * 100:.1f}%)" if bubble is not None else ""))

@@ -59,6 +59,12 @@ class PlatformSpec(BaseModel):
         description="Dense peak TFLOP/s per device and dtype; MFU is null for a dtype not listed.",
     )
     dtype: Dtype = Field(description="Training dtype on this platform.")
+    memory_bandwidth_gbps: float | None = Field(
+        None, gt=0, description="Device memory bandwidth, GB/s, as the datasheet states it "
+        "(projection across GPU kinds scales memory-bound kernels by its ratio).")
+    tdp_w: float | None = Field(
+        None, gt=0, description="Device power limit (TDP), W, as the datasheet states it "
+        "(projection across GPU kinds scales the measured phase powers by its ratio).")
     interconnects: list[Interconnect] = Field(default_factory=list)
     comm_backend: Literal["gloo", "nccl", "rccl"] = Field(
         description="Collective library the ranks use (rccl: ROCm's, behind torch's nccl "
