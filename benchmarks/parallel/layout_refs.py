@@ -9,7 +9,14 @@ CP goal's "loss equal to the CP1 run's".
 
     python benchmarks/parallel/layout_refs.py SUMMARY.json SWEEP_FOLDER --out refs.json \
         --pair "tp1 pp2 dp2 cp1 ep1" "tp1 pp1 dp4 cp1 ep1" \
-        --loss-pair "tp2 pp1 dp1 cp2 ep1 sp" "tp4 pp1 dp1 cp1 ep1 sp"
+        --loss-pair "tp2 pp1 dp1 cp2 ep1 sp" "tp4 pp1 dp1 cp1 ep1 sp" \
+        --previous benchmarks/parallel/results/h200x4-layouts-host.json
+
+``--previous`` (the JSON committed by an earlier call on the same GPU kind) holds each pair's
+throughput against its reference now and then, and names a drop of more than
+:data:`REGRESSION` a regression: a ratio measured in one call does not move with the host's
+speed, so a layout that lost ground (PP2 x DP2 lost 28% between two commits of 2026-11-26/27
+unnoticed) is caught by the next call.
 """
 
 import argparse
@@ -18,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+
+REGRESSION = 0.10
+"""A throughput ratio this much below the previous call's is named a regression."""
 
 
 def _losses(bundle: Path) -> list[float]:
@@ -56,6 +66,21 @@ def references(points: list[dict[str, Any]], sweep: Path, pairs: dict[str, str],
     return refs
 
 
+def regressions(now: dict[str, float], previous: Path) -> list[str]:
+    """Lines comparing each pair's throughput ratio with the one in ``previous``."""
+    then = {p["name"]: p["ref_step_s"] / p["step_s"]
+            for p in json.loads(previous.read_text())["points"]
+            if p.get("ref_step_s") and p.get("step_s")}
+    lines = []
+    for name, ratio in now.items():
+        if name in then:
+            drop = 1 - ratio / then[name]
+            verdict = "REGRESSION" if drop > REGRESSION else "ok"
+            lines.append(f"{name}: {ratio:.3f}x now, {then[name]:.3f}x in {previous.name} "
+                         f"({ratio / then[name] - 1:+.1%}): {verdict}")
+    return lines
+
+
 def main() -> None:
     """Write the references of every point of a summary that has one."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,6 +90,7 @@ def main() -> None:
     ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("LAYOUT", "REF"))
     ap.add_argument("--loss-pair", nargs=2, action="append", default=[],
                     metavar=("LAYOUT", "REF"), help="a pair whose losses are compared too")
+    ap.add_argument("--previous", type=Path, help="an earlier call's JSON on this GPU kind")
     a = ap.parse_args()
     points = json.loads(a.summary.read_text())["points"]
     pairs = dict(a.pair + a.loss_pair)
@@ -76,6 +102,9 @@ def main() -> None:
         print(f"{name}: against {entry['ref_name']}, throughput "
               f"{entry['ref_step_s'] / step_s[name]:.3f}x"
               + ("" if loss is None else f", losses differ by at most {loss:.2e} (relative)"))
+    if a.previous and a.previous.is_file():
+        ratios = {name: e["ref_step_s"] / step_s[name] for name, e in refs.items()}
+        print("\n".join(regressions(ratios, a.previous)))
 
 
 if __name__ == "__main__":

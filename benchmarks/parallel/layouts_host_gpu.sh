@@ -13,7 +13,9 @@
 # <gpu>x<N>-layouts-host.json (summarize.py, with gpu_idle_frac and ref_name/ref_step_s),
 # <gpu>x<N>-cp-attention.txt and bundles-<gpu>x<N>-layouts-host.tar.gz (each bundle's
 # manifest.json, metrics.json, steps.parquet and profile breakdowns). PART_BUDGET_S (default
-# 520) bounds the sweep; PYTHON (default python3) is the interpreter.
+# 520) bounds the sweep; PYTHON (default python3) is the interpreter; PREVIOUS (default the
+# committed results/<gpu>x<N>-layouts-host.json) is the earlier call each ratio is held against
+# (layout_refs.py names a drop of more than 10% a regression).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -70,7 +72,8 @@ FOLDER="$RESULTS/$NAME"
   echo "\$ python3 benchmarks/parallel/layout_refs.py (pairs above) and summarize.py $FOLDER --json $TAG-layouts-host.json"
   "$PY" benchmarks/parallel/summarize.py "$FOLDER" --json "$RESULTS/$TAG-plain.json" > /dev/null
   "$PY" benchmarks/parallel/layout_refs.py "$RESULTS/$TAG-plain.json" "$FOLDER" \
-    --out "$RESULTS/$TAG-refs.json" "${PAIRS[@]}"
+    --out "$RESULTS/$TAG-refs.json" "${PAIRS[@]}" \
+    --previous "${PREVIOUS:-benchmarks/parallel/results/$TAG-layouts-host.json}"
   "$PY" benchmarks/parallel/summarize.py "$FOLDER" --json "$OUT/$TAG-layouts-host.json" \
     --refs "$RESULTS/$TAG-refs.json"
   (cd "$FOLDER" && find . \( -name manifest.json -o -name metrics.json -o -name steps.parquet \
