@@ -180,6 +180,10 @@ def test_the_sampler_reads_the_counter_when_poked_and_as_it_stops(tmp_path, monk
             t_stop = time.time()
             report = sampler.stop()
         assert report.errors == []
+        # its cost over the measured phase: from the first poke to the last, start-up left out
+        assert report.measured_wall_s == pytest.approx(t_last - t_first, abs=0.5)
+        assert report.measured_cpu_s is not None and 0 < report.measured_cpu_s < report.cpu_s
+        assert 0 < report.measured_ticks < report.ticks and report.measured_missed_ticks >= 0
         energy = sorted(r["t"] for r in gpu_rows(chunks) if r["energy_j"] is not None)
         assert len([t for t in energy if t_first <= t <= t_last + 0.05]) >= 10
         assert energy[-1] >= t_stop  # the last reading follows the stop

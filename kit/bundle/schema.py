@@ -402,8 +402,10 @@ class MetricsFile(BaseModel):
         "its first tick), cpu_s (CPU time of the sampler process, user + system over all its "
         "threads, seconds: its cost to the node), wall_s, cpu_cores (cpu_s / wall_s: the "
         "share of one core it used), ticks, missed_ticks, missed_tick_frac (missed / (ticks + "
-        "missed)), mean_period_ms (between ticks), rows_written; empty without telemetry, and "
-        "in bundles written before the kit recorded it.",
+        "missed)), mean_period_ms (between ticks), rows_written, and over the measured phase "
+        "only (between the pokes at its edges; null without them): measured_cpu_cores, "
+        "measured_wall_s, measured_missed_tick_frac; empty without telemetry, and in bundles "
+        "written before the kit recorded it.",
     )
 
     @field_validator("summary")

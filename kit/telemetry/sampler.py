@@ -90,6 +90,8 @@ class _SamplerLoop:
         self._periods = FieldPeriods()
         self._clock = SamplerClock()
         self.report = SamplerReport(interval_ms=cfg.interval_ms)
+        self._first_edge: tuple[float, float, int, int] | None = None
+        """(monotonic, CPU seconds, ticks, missed ticks) at the first measured-phase edge."""
         for name, target, kwargs in cfg.sources:
             try:
                 source = load_source_class(target)(**kwargs)
@@ -218,9 +220,23 @@ class _SamplerLoop:
                 if ended_by != _EDGE:
                     break
                 self.poke_lanes()
+                self._edge_passed()
             self.report.ended_by = ended_by
         if self.report.ticks > 1:
             self.report.mean_period_ms = 1000.0 * (last_tick - first_tick) / (self.report.ticks - 1)
+
+    def _edge_passed(self) -> None:
+        """Note the process's CPU time and ticks at a measured-phase edge: the report's
+        ``measured_*`` figures run from the first edge to the latest."""
+        times = os.times()
+        now = (time.monotonic(), times.user + times.system, self.report.ticks,
+               self.report.missed_ticks)
+        if self._first_edge is None:
+            self._first_edge = now
+            return
+        first, r = self._first_edge, self.report
+        r.measured_wall_s, r.measured_cpu_s = now[0] - first[0], now[1] - first[1]
+        r.measured_ticks, r.measured_missed_ticks = now[2] - first[2], now[3] - first[3]
 
     def finish(self, started_mono: float) -> None:
         """Stop the lanes, flush the last chunk, close the sources, write the complete report.

@@ -57,6 +57,13 @@ class SamplerReport:
         cpu_s: CPU time (user + system, every thread) the sampler process used from its start
             to its report, in seconds: its cost to the node.
         wall_s: Wall time from the process's start to its report, in seconds.
+        measured_cpu_s: CPU time the process used between the first and the last poke at the
+            measured phase's edges (kit.telemetry.edges): its cost while the job trained, its
+            start-up (imports, device discovery) and the run's own start and end left out;
+            ``None`` without two pokes.
+        measured_wall_s: Wall time between those two pokes, seconds.
+        measured_ticks: Ticks taken between them.
+        measured_missed_ticks: Ticks missed between them.
         complete: True once the process finished normally; a report left by a process that
             was killed is the one it wrote after its first tick (sources and devices only).
         ended_by: What ended the sampling: "stop" (the parent asked), "parent gone",
@@ -78,6 +85,10 @@ class SamplerReport:
     rss_first_chunk_bytes: int = 0
     cpu_s: float | None = None
     wall_s: float | None = None
+    measured_cpu_s: float | None = None
+    measured_wall_s: float | None = None
+    measured_ticks: int | None = None
+    measured_missed_ticks: int | None = None
     complete: bool = False
     ended_by: str | None = None
 
