@@ -29,10 +29,15 @@ STATUS_COLOR = "#a00000"
 
 
 def png_bytes(fig: Figure) -> bytes:
-    """Render ``fig`` to PNG with the Agg backend."""
+    """Render ``fig`` to PNG with the Agg backend.
+
+    zlib level 1 instead of Pillow's 6: a report of 100 bundles saves some 400 figures, and
+    encoding at level 6 took 10-25% of each save (measured on a busy 2-core host) for files only
+    ~9% smaller.
+    """
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format="png", dpi=DPI, pil_kwargs={"compress_level": 1})
     return buf.getvalue()
 
 
