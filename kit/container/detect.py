@@ -11,8 +11,10 @@ that mirror its OCI labels. Each field takes the first source that has it.
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kit.bundle.schema import ContainerRecord
+if TYPE_CHECKING:  # the bundle schema pulls in pyarrow: not at the CLI's import
+    from kit.bundle.schema import ContainerRecord
 
 RUNTIME_VAR = "CHARLLM_CONTAINER_RUNTIME"
 """Set by the kit's launcher: the runtime that started the container."""
@@ -56,8 +58,10 @@ def _shm_bytes() -> int | None:
     return st.f_frsize * st.f_blocks
 
 
-def container_record() -> ContainerRecord | None:
+def container_record() -> "ContainerRecord | None":
     """The container this process runs in, or None on a bare host."""
+    from kit.bundle.schema import ContainerRecord
+
     env = os.environ
     runtime = _runtime(env)
     if runtime is None:
@@ -77,7 +81,7 @@ def container_record() -> ContainerRecord | None:
     )
 
 
-def shm_hint(record: ContainerRecord | None) -> str | None:
+def shm_hint(record: "ContainerRecord | None") -> str | None:
     """One line saying how to fix a /dev/shm too small for training, or None if it is fine."""
     if record is None or record.shm_bytes is None or record.shm_bytes >= SHM_MIN_BYTES:
         return None
