@@ -1,8 +1,11 @@
 """Describe the node a run ran on, for the manifest."""
 
+import importlib.util
 import os
 import platform as pyplatform
+import runpy
 import socket
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,26 @@ def _installed(names: tuple[str, ...]) -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
+
+
+def torch_versions() -> tuple[str, str | None, str | None]:
+    """torch's version and the CUDA and ROCm versions it was built for.
+
+    Read from ``torch/version.py`` (plain assignments the build writes) without importing
+    torch, which costs the launcher 2-4 s of CPU beside the ranks it just started; from torch
+    itself where this process has imported it already.
+
+    Raises:
+        ImportError: torch is not installed.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None)
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        raise ImportError("torch is not installed")
+    values = runpy.run_path(str(Path(spec.origin).parent / "version.py"))
+    return values["__version__"], values.get("cuda"), values.get("hip")
 
 
 def _nvidia_driver() -> str | None:
@@ -93,8 +116,7 @@ def node_inventory(
         used: How many devices the node's ranks run on (the first visible ones); default:
             every visible device.
     """
-    import torch
-
+    torch_version, cuda, rocm = torch_versions()
     vendor, names = node_accelerators()
     indices = visible_devices.visible_indices(vendor, len(names))
     gpus = device_facts or [{"device": i, "name": names[i]} for i in indices[:used]]
@@ -105,10 +127,10 @@ def node_inventory(
         memory_bytes=psutil.virtual_memory().total,
         gpus=gpus,
         driver=_nvidia_driver() if gpus else None,
-        cuda=torch.version.cuda,
-        rocm=getattr(torch.version, "hip", None),
+        cuda=cuda,
+        rocm=rocm,
         python=pyplatform.python_version(),
-        torch=torch.__version__,
+        torch=torch_version,
         engine_versions=_installed(ENGINE_PACKAGES),
         network=network_devices(),
         visible_devices=visible_devices.visible_description(vendor),

@@ -210,9 +210,10 @@ def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | Fabric
                            marks_path(staging, 0))
 
 
-WARM_IMPORTS = ("torch", "kit.container.command")
-"""Modules the bundle's assembly needs (torch for the node inventory's versions: 2-4 s), imported
-in the background while the ranks train, so the last step is not followed by their imports."""
+WARM_IMPORTS = ("kit.container.command",)
+"""Modules the bundle's assembly needs, imported in the background while the ranks train, so the
+last step is not followed by their imports (torch is not one: the node inventory reads its
+versions from its files, kit.launch.inventory.torch_versions)."""
 
 
 def warm_imports() -> None:
