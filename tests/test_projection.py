@@ -92,7 +92,10 @@ def test_depth_scaling_keeps_the_measured_time_per_layer():
     target = ProjectionTarget(workload="mixtral-8x7b", micro_batch_size=1, global_batch_size=8,
                               recompute="full")
     p = project([MIXTRAL_FULL, MIXTRAL_NONE], target, ["test"])
-    assert [i.role for i in p.inputs] == ["compute", "unused"]  # full recompute, as the target
+    roles = [i.role for i in p.inputs]
+    assert roles[:2] == ["compute", "unused"]  # full recompute, as the target
+    # the platform's GEMM table (platforms/h200.gemm.json), once, and unused: no profile
+    assert [i.bundle for i in p.inputs[2:]] == ["h200.gemm.json"] and roles[2:] == ["unused"]
     run = read_bundle(MIXTRAL_FULL)
     wl = load_workload("mixtral-8x7b")
     full = model_flops_per_step(wl, 1)

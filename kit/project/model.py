@@ -347,10 +347,16 @@ def _power(chosen: MeasuredRun, inputs: Inputs, cfg: RunConfig, step: StepModel,
 
 
 def _table_inputs(scale: KindScale, given: dict[Path, str]) -> list[ProjectionInput]:
+    """The GEMM tables, each once (one file is both kinds' table on the same kind), ``unused``
+    where the compute is not scaled by them (no table of the target, no profiled MatMul)."""
+    used = scale.source_eff_tflops is not None and scale.target_table is not None
+    tables = {x.path.resolve(): x for x in (scale.source_table, scale.target_table)
+              if x is not None}
     out: list[ProjectionInput] = []
-    for t in dict.fromkeys(x for x in (scale.source_table, scale.target_table) if x is not None):
+    for t in tables.values():
         out.append(ProjectionInput(
-            role="gemm", bundle=t.path.name, path=given.get(t.path.resolve(), str(t.path)),
+            role="gemm" if used else "unused", bundle=t.path.name,
+            path=given.get(t.path.resolve(), str(t.path)),
             sums_sha256=hashlib.sha256(t.path.read_bytes()).hexdigest(),
             what=f"GEMM table of {t.table.platform} ({t.table.device}, {t.table.dtype}, "
                  f"{len(t.table.points)} shapes, {t.table.created_utc})"))
