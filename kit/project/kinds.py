@@ -127,7 +127,9 @@ def kind_scale(run: MeasuredRun, target: PlatformSpec, tables: dict[str, TableIn
     source = datasheet(run.cfg.platform)
     dest = datasheet(target)
     src_kind, dst_kind = source.name, dest.name
-    src_table, dst_table = _table_for(src_kind, tables), _table_for(dst_kind, tables)
+    src_table = _table_for(src_kind, tables)
+    # one kind, one table: the same object (read once), so it is listed and named once
+    dst_table = src_table if dst_kind == src_kind else _table_for(dst_kind, tables)
     prov = {"compute": f"measured bundle {run.bundle.path.name} ({src_kind})"}
     if src_kind != dst_kind:
         missing = [k for k, t in ((src_kind, src_table), (dst_kind, dst_table)) if t is None]

@@ -347,13 +347,11 @@ def _power(chosen: MeasuredRun, inputs: Inputs, cfg: RunConfig, step: StepModel,
 
 
 def _table_inputs(scale: KindScale, given: dict[Path, str]) -> list[ProjectionInput]:
-    """The GEMM tables, each once (one file is both kinds' table on the same kind), ``unused``
-    where the compute is not scaled by them (no table of the target, no profiled MatMul)."""
+    """The GEMM tables, ``unused`` where the compute is not scaled by them (no table of the
+    target, no profiled MatMul)."""
     used = scale.source_eff_tflops is not None and scale.target_table is not None
-    tables = {x.path.resolve(): x for x in (scale.source_table, scale.target_table)
-              if x is not None}
     out: list[ProjectionInput] = []
-    for t in tables.values():
+    for t in dict.fromkeys(x for x in (scale.source_table, scale.target_table) if x is not None):
         out.append(ProjectionInput(
             role="gemm" if used else "unused", bundle=t.path.name,
             path=given.get(t.path.resolve(), str(t.path)),
