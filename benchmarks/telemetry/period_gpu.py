@@ -161,6 +161,12 @@ def sampler_only(platform: str, runs_dir: Path) -> Path:
     return path
 
 
+def _worst(samplers: list[dict[str, Any]], key: str) -> float | None:
+    """The largest ``key`` of the runs' sampler records (metrics.json ``samplers``) that have
+    it, None where none does."""
+    return max((s[key] for s in samplers if s.get(key) is not None), default=None)
+
+
 def _at_most(value: float | None, limit: float) -> bool:
     """A goal's verdict: met when measured and within ``limit`` (0 is a measurement too)."""
     return value is not None and value <= limit
@@ -243,18 +249,12 @@ def main() -> None:
         "sampler_cpu_s": [s["cpu_s"] for s in samplers],
         "sampler_wall_s": [s["wall_s"] for s in samplers],
         "sampler_missed_ticks": [s["missed_ticks"] for s in samplers],
-        "sampler_cpu_cores": max((s["cpu_s"] / s["wall_s"] for s in samplers if s["wall_s"]),
-                                 default=None),
-        "missed_tick_frac": max((s["missed_ticks"] / (s["ticks"] + s["missed_ticks"])
-                                 for s in samplers if s["ticks"]), default=None),
+        "sampler_cpu_cores": _worst(samplers, "cpu_cores"),
+        "missed_tick_frac": _worst(samplers, "missed_tick_frac"),
         # the same over the measured phase only (between the sampler's edge pokes): what the
         # instrument takes from training, its start-up imports and the run's ends left out
-        "sampler_cpu_cores_measured": max((s["measured_cpu_cores"] for s in samplers
-                                           if s.get("measured_cpu_cores") is not None),
-                                          default=None),
-        "missed_tick_frac_measured": max((s["measured_missed_tick_frac"] for s in samplers
-                                          if s.get("measured_missed_tick_frac") is not None),
-                                         default=None),
+        "sampler_cpu_cores_measured": _worst(samplers, "measured_cpu_cores"),
+        "missed_tick_frac_measured": _worst(samplers, "measured_missed_tick_frac"),
         "energy": [{k: json.loads((b / "metrics.json").read_text())["power"].get(k)
                     for k in ("energy_j", "power_integral_j", "counter_vs_integral",
                               "zeus_energy_j", "zeus_vs_counter", "power_samples_min",

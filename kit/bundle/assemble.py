@@ -278,30 +278,26 @@ def read_sampler_report(chunks_dir: Path) -> SamplerReport | None:
         return None
 
 
+def _share(part: float | None, whole: float | None) -> float | None:
+    """``part / whole``; None where either is unknown or ``whole`` is 0."""
+    return part / whole if part is not None and whole else None
+
+
 def sampler_record(node: int, report: SamplerReport) -> dict[str, Any]:
     """What one node's sampler cost and did, for ``metrics.json`` ``samplers``; from a sampler
-    that was killed, what its report said after its first tick (``complete`` False)."""
-    attempted = report.ticks + report.missed_ticks
-    return {"node": node, "complete": report.complete, "cpu_s": report.cpu_s,
-            "wall_s": report.wall_s,
-            "cpu_cores": (report.cpu_s / report.wall_s
-                          if report.cpu_s is not None and report.wall_s else None),
-            "ticks": report.ticks, "missed_ticks": report.missed_ticks,
-            "missed_tick_frac": report.missed_ticks / attempted if attempted else None,
-            "mean_period_ms": report.mean_period_ms, "rows_written": report.rows_written,
-            **_measured_record(report)}
-
-
-def _measured_record(report: SamplerReport) -> dict[str, Any]:
-    """The sampler's cost and missed ticks over the measured phase only (between its edge
-    pokes): what the instrument took from the training, its start-up left out."""
-    cpu, wall = report.measured_cpu_s, report.measured_wall_s
+    that was killed, what its report said after its first tick (``complete`` False). The
+    ``measured_*`` figures cover the measured phase only (between the sampler's edge pokes):
+    what the instrument took from the training, its start-up left out."""
     ticks, missed = report.measured_ticks, report.measured_missed_ticks
-    attempted = (ticks or 0) + (missed or 0)
-    return {"measured_cpu_cores": cpu / wall if cpu is not None and wall else None,
-            "measured_wall_s": wall,
-            "measured_missed_tick_frac": missed / attempted if missed is not None and attempted
-            else None}
+    return {"node": node, "complete": report.complete, "cpu_s": report.cpu_s,
+            "wall_s": report.wall_s, "cpu_cores": _share(report.cpu_s, report.wall_s),
+            "ticks": report.ticks, "missed_ticks": report.missed_ticks,
+            "missed_tick_frac": _share(report.missed_ticks, report.ticks + report.missed_ticks),
+            "mean_period_ms": report.mean_period_ms, "rows_written": report.rows_written,
+            "measured_cpu_cores": _share(report.measured_cpu_s, report.measured_wall_s),
+            "measured_wall_s": report.measured_wall_s,
+            "measured_missed_tick_frac": None if ticks is None or missed is None
+            else _share(missed, ticks + missed)}
 
 
 def telemetry_notes(report: SamplerReport | None) -> list[str]:
