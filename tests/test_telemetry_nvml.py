@@ -282,6 +282,34 @@ def test_a_link_counter_that_goes_backwards_is_a_reset(fake_nvml) -> None:
     assert not source.fields()["link_rx_bytes"].readable  # the scenario has no RX counter
 
 
+def test_nvml_sums_the_links_itself_where_it_can(fake_nvml) -> None:
+    # A driver that answers scope UINT_MAX (NVML's own sum over every link) is read through
+    # that one entry, and the field says so; the per-link entries are not read at all (the
+    # fake would fail a read past its answers). One without it falls back to the links.
+    def link(values: list[int]) -> dict:
+        return {"type": "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "values": values}
+
+    per_link = {"0": link([0]), "1": link([0])}
+    scenario = h100([0], NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX={
+        "scope": {**per_link, "4294967295": link([100, 110, 130, 160])}},
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX={"scope": {"0": link([0, 1, 2, 3]),
+                                                         "1": link([0, 2, 4, 6])}})
+    scenario["devices"][0]["nvlinks"] = 2
+    fake_nvml(scenario)
+    from kit.telemetry.nvidia.nvml import NvmlSource
+
+    source = NvmlSource(node=0)
+    try:
+        rows = sample_slow_every_tick(source, 3)
+        fields = source.fields()
+    finally:
+        source.close()
+    assert [r["link_tx_bytes"] for r in rows] == [10 * 1024, 30 * 1024, 60 * 1024]
+    assert "every link, summed by NVML" in fields["link_tx_bytes"].reason
+    assert [r["link_rx_bytes"] for r in rows] == [3 * 1024, 6 * 1024, 9 * 1024]
+    assert "every link, summed by NVML" not in fields["link_rx_bytes"].reason
+
+
 @pytest.mark.timeout(120)
 def test_the_sampler_writes_unwrapped_counters(fake_nvml, tmp_path) -> None:
     """The real sampler process builds the real NVML source on the fake and unwraps it."""

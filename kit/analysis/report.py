@@ -27,7 +27,7 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from importlib.metadata import version
+import kit
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -447,7 +447,7 @@ def _intro(report: Report) -> str:
     c = report.comparison
     text = (f"{sum(len(g.bundles) for g in c.groups)} bundles in {len(c.groups)} "
             f"configurations; written {report.created_utc} by charllm-kit "
-            f"{version('charllm-kit')}. Values are the median [min..max] over repeats; "
+            f"{kit.__version__}. Values are the median [min..max] over repeats; "
             "n/a = not measured.")
     if c.baseline is not None:
         text += (f" Baseline: {c.groups[c.baseline].short}; ratios for throughput, time, "

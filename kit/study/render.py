@@ -3,7 +3,7 @@
 import html
 import json
 from datetime import datetime, timezone
-from importlib.metadata import version
+import kit
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def findings_markdown(results: list[FindingResult], figures: dict[str, str]) -> 
 
 def findings_json(results: list[FindingResult], node: str) -> dict[str, Any]:
     """``<node>-findings.json``: one entry per finding (finding, verdict, evidence, bundles)."""
-    return {"node": node, "kit_version": version("charllm-kit"),
+    return {"node": node, "kit_version": kit.__version__,
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "findings": [r.as_json() for r in results]}
 
