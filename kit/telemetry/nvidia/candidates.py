@@ -27,10 +27,11 @@ SLOW_READ_MS: dict[str, float] = {
     # 32-bit registers (uiVal): read every 100 ms they are exact up to 42.9 GB/s per direction.
     "pcie_tx_bytes": 100.0,
     "pcie_rx_bytes": 100.0,
-    # The costliest query: 0.9 ms of CPU per link entry (36 entries a device for both
-    # directions on an H200: 32 ms a read), 3.8 cores of sampler CPU on 4 x H200 read every
-    # 200 ms (benchmarks/telemetry/results/sampler-cost-h200x4.txt). 64-bit cumulative counters,
-    # so a coarser read loses nothing but time resolution.
+    # Read per link, the costliest query: 0.9 ms of CPU per link entry (36 entries a device
+    # for both directions on an H200: 16-32 ms a read), 3.8 cores of sampler CPU on 4 x H200
+    # read every 200 ms (benchmarks/telemetry/results/sampler-cost-h200x4.txt); NVML's own sum
+    # over the links takes 0.8 ms (nvlink-aggregate-h200x2.txt), but a driver without it falls
+    # back to the links. 64-bit cumulative counters: a coarser read loses only time resolution.
     "link_tx_bytes": 1000.0,
     "link_rx_bytes": 1000.0,
     # 64-bit cumulative nanoseconds, 1.3 ms per device for both (19% of the sampler's CPU at
