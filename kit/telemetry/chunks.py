@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kit.atomic_write import write_atomic
+from kit.telemetry.arrow_rows import table_from_rows
 from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA, make_row
 
 CHUNK_GLOB = "chunk-*.parquet"
@@ -45,11 +46,10 @@ class ChunkWriter:
 
     @staticmethod
     def _warm_up() -> None:
-        """Write one row to memory: a process's first Parquet write takes about 0.6 s (pyarrow's
-        one-off initialisation), which would otherwise stall the first chunk's tick."""
+        """Write one row to memory: a process's first Parquet write pays pyarrow's one-off
+        initialisation, which would otherwise stall the first chunk's tick."""
         row = make_row(0.0, 0, None, "host")
-        pq.write_table(pa.Table.from_pylist([row], schema=TELEMETRY_ARROW_SCHEMA),
-                       pa.BufferOutputStream())
+        pq.write_table(table_from_rows([row], TELEMETRY_ARROW_SCHEMA), pa.BufferOutputStream())
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         """Buffer rows, writing out every full chunk."""
@@ -68,7 +68,7 @@ class ChunkWriter:
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
         path = self._dir / f"chunk-{self.chunks:06d}.parquet"
-        table = pa.Table.from_pylist(rows, schema=TELEMETRY_ARROW_SCHEMA)
+        table = table_from_rows(rows, TELEMETRY_ARROW_SCHEMA)  # not from_pylist: no pandas
         write_atomic(path, lambda tmp: pq.write_table(table, tmp))  # never seen half-written
         rss = rss_bytes()
         self.rss_peak_bytes = max(self.rss_peak_bytes, rss)
@@ -76,3 +76,4 @@ class ChunkWriter:
         self.chunks += 1
         self.rows_written += len(rows)
         self._last_write = time.monotonic()
+
