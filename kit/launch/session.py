@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit import compile_cache
-from kit.bundle.assemble import RunEnd, assemble_bundle, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import RunNotPublished
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
@@ -199,21 +198,23 @@ def sample_and_launch(
 def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | FabricProgress":
     """Progress of rank 0's start-up and steps (or a fabric run's points), as the launcher
     shows it."""
-    from kit.fabric.progress import FabricProgress
     from kit.fabric.spec import FabricSpec
 
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
     if isinstance(cfg.workload, FabricSpec):
+        from kit.fabric.progress import FabricProgress  # its results reader: pyarrow.compute
+
         return FabricProgress(staging, cfg.workload, label, cfg.world_size,
                               cfg.workload.graph and not cfg.platform.is_cpu)
     return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
                            marks_path(staging, 0))
 
 
-WARM_IMPORTS = ("kit.container.command",)
-"""Modules the bundle's assembly needs, imported in the background while the ranks train, so the
-last step is not followed by their imports (torch is not one: the node inventory reads its
-versions from its files, kit.launch.inventory.torch_versions)."""
+WARM_IMPORTS = ("kit.bundle.assemble", "kit.container.command")
+"""Modules the bundle's assembly needs, imported in the background once the ranks are started:
+neither before (pyarrow.compute, the analysis: 0.2-0.3 s of CPU the ranks would wait for) nor
+after the last step (torch is not one: the node inventory reads its versions from its files,
+kit.launch.inventory.torch_versions)."""
 
 
 def warm_imports() -> None:
@@ -258,6 +259,8 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
                 on_started=started, on_poll=on_poll, worker=worker),
             progress_watcher(cfg, staging.path),
             stall_watchdog(cfg, staging.path, 0, worker, interrupts), marks)
+        from kit.bundle.assemble import RunEnd, assemble_bundle, run_end  # warm: see above
+
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
         end = stall_end(run_end(outcome, results, staging.logs_dir,
                                 interrupts.describe() if interrupts.count else None),

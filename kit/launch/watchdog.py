@@ -38,13 +38,12 @@ import statistics
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from kit.bundle.assemble import RunEnd
 from kit.fabric.spec import FabricSpec
 from kit.launch.rankfile import steps_log_path, write_json_atomic
 from kit.launch.signals import SignalCounter
@@ -61,6 +60,9 @@ from kit.launch.stall_evidence import (
     request_stacks,
 )
 from kit.spec.run import RunConfig
+
+if TYPE_CHECKING:  # the bundle's assembly is imported while the ranks start (kit.launch.session)
+    from kit.bundle.assemble import RunEnd
 
 STARTUP_ALLOWANCE_S = 900.0
 """Limit before every rank has finished its first step (model build, NCCL set-up, compile)."""
@@ -362,7 +364,7 @@ def read_stall_record(logs_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def stall_end(end: RunEnd, logs_dir: Path) -> RunEnd:
+def stall_end(end: "RunEnd", logs_dir: Path) -> "RunEnd":
     """The run's end with the watchdog's verdict as its headline, when it tripped.
 
     An interrupted run stays interrupted; a rank that failed before the trip (its exit seen
@@ -376,8 +378,8 @@ def stall_end(end: RunEnd, logs_dir: Path) -> RunEnd:
         f"{record.get('stalled_s', 0):.0f} s and ended before its verdict")
     earlier = [r for r, e in end.exits.items() if e.failed and e.t < record.get("t", 0)]
     if earlier:
-        return RunEnd(end.status, end.error, end.exits, [*end.notes, f"then {error}"])
-    return RunEnd("failed", error, end.exits, [*end.notes, *_rank_notes(record)])
+        return replace(end, notes=[*end.notes, f"then {error}"])
+    return replace(end, status="failed", error=error, notes=[*end.notes, *_rank_notes(record)])
 
 
 def _rank_notes(record: dict[str, Any]) -> list[str]:
