@@ -82,12 +82,19 @@ def gpt3_tiny_reference(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cpu_bundle(tmp_path_factory) -> Path:
-    """One real 2-rank (TP 2) gpt3-tiny CPU run's bundle, shared: copy it before changing it."""
+def cpu_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One real 2-rank (TP 2) gpt3-tiny CPU run (4 measured steps), shared: its bundle (copy it
+    before changing it) and how the CLI ended (stdout, stderr)."""
     out = tmp_path_factory.mktemp("cpu-run")
-    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "2", "--warmup", "1", "--out", str(out))
+    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "4", "--warmup", "1", "--out", str(out))
     assert r.returncode == 0, why_failed(r)
-    return bundle_path(r.stdout)
+    return bundle_path(r.stdout), r
+
+
+@pytest.fixture(scope="session")
+def cpu_bundle(cpu_run) -> Path:
+    """The shared TP 2 CPU run's bundle (``cpu_run``): copy it before changing it."""
+    return cpu_run[0]
 
 
 TP2_DP2 = ("run", "gpt3-tiny", "--tp", "2", "--dp", "2")

@@ -87,11 +87,26 @@ def test_dp2_distributed_optimizer_with_overlap_matches_one_process(
     assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
 
 
-def test_dp2_megatron_fsdp_matches_one_process(cli, tmp_path, gpt3_tiny_reference):
+@pytest.fixture(scope="module")
+def fsdp_dp2_many_steps(tmp_path_factory) -> Path:
+    """DP2 Megatron-FSDP, 80 measured steps: one run for the two tests below. Its first three
+    losses are those of a 2-step run (the schedule does not depend on --steps), so it is also
+    the parity run (a separate 2-step run cost a start-up of its own)."""
+    from .conftest import kit_cli
+
+    r = kit_cli("run", "gpt3-tiny", "--dp", "2", "--fsdp", "--steps", "80", "--warmup", "1",
+                "--out", str(tmp_path_factory.mktemp("fsdp-dp2")))
+    assert r.returncode == 0, why_failed(r)
+    bundle = bundle_path(r.stdout)
+    verify_bundle(bundle)
+    return bundle
+
+
+def test_dp2_megatron_fsdp_matches_one_process(fsdp_dp2_many_steps, gpt3_tiny_reference):
     """megatron-core's Megatron-FSDP shards weights, grads and Adam states yet trains the same
     model as plain data parallel (whose replica mean is the one-process run)."""
-    bundle = run_ok(cli, tmp_path, "gpt3-tiny", "--dp", "2", "--fsdp")
-    losses = losses_by_rank(bundle)
+    bundle = fsdp_dp2_many_steps
+    losses = {rank: series[:3] for rank, series in losses_by_rank(bundle).items()}
     mean = [(a + b) / 2 for a, b in zip(losses[0], losses[1], strict=True)]
     assert mean == pytest.approx(reference(gpt3_tiny_reference), rel=REL)
     notes = json.loads((bundle / "metrics.json").read_text())["notes"]
@@ -113,14 +128,11 @@ def test_tp2_dp2_megatron_fsdp_with_overlap_matches_one_process(
                and "on cpu its parameter all-gathers are synchronous" in n for n in notes), notes
 
 
-def test_megatron_fsdp_survives_many_steps_over_gloo(cli, tmp_path):
+def test_megatron_fsdp_survives_many_steps_over_gloo(fsdp_dp2_many_steps):
     """With Megatron-FSDP's asynchronous gloo all-gathers a rank's heap was corrupted (SIGABRT,
     "malloc(): unaligned tcache chunk detected") within 60 steps in most runs; the CPU path
     gathers synchronously (kit.engines.megatron.cpu_compat)."""
-    r = cli("run", "gpt3-tiny", "--dp", "2", "--fsdp", "--steps", "80", "--warmup", "1",
-            "--out", str(tmp_path))
-    assert r.returncode == 0, why_failed(r)
-    losses = losses_by_rank(bundle_path(r.stdout))
+    losses = losses_by_rank(fsdp_dp2_many_steps)
     assert all(len(x) == 81 and all(math.isfinite(v) for v in x) for x in losses.values())
 
 

@@ -7,8 +7,6 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,30 +17,16 @@ from kit.bundle.schema import SUMMARY_KEYS
 from kit.bundle.verify import verify_bundle
 
 from .conftest import (
-    REPO,
     bundle_path,
     losses_by_rank,
     rank_pid,
     start_long_run,
     wait_for_steps,
-    why_failed,
 )
 
 
-@pytest.fixture(scope="module")
-def tp2_bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tp2")
-    r = subprocess.run(
-        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--tp", "2", "--steps", "4",
-         "--warmup", "1", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-    )
-    assert r.returncode == 0, why_failed(r)
-    return bundle_path(r.stdout), r
-
-
-def test_tp2_trains_and_writes_a_verifiable_bundle(tp2_bundle):
-    bundle, r = tp2_bundle
+def test_tp2_trains_and_writes_a_verifiable_bundle(cpu_run):
+    bundle, r = cpu_run
     assert "step time" in r.stdout and "MFU" in r.stdout and "n/a" in r.stdout
     assert "step 5/5" in r.stderr  # progress was shown
     verify_bundle(bundle)
@@ -60,20 +44,20 @@ def test_tp2_trains_and_writes_a_verifiable_bundle(tp2_bundle):
     assert b.manifest.inventory[0].engine_versions["megatron-core"].startswith("0.")
 
 
-def test_tp_ranks_report_identical_losses(tp2_bundle):
-    losses = losses_by_rank(tp2_bundle[0])
+def test_tp_ranks_report_identical_losses(cpu_run):
+    losses = losses_by_rank(cpu_run[0])
     assert losses[0] == losses[1]
     assert all(math.isfinite(x) for x in losses[0]) and len(losses[0]) == 5
 
 
-def test_steps_have_synchronized_measured_rows(tp2_bundle):
-    rows = pq.read_table(tp2_bundle[0] / "steps.parquet").to_pylist()
+def test_steps_have_synchronized_measured_rows(cpu_run):
+    rows = pq.read_table(cpu_run[0] / "steps.parquet").to_pylist()
     measured = [r for r in rows if r["phase"] == "measured"]
     assert len(measured) == 4 * 2 and {r["step"] for r in measured} == {1, 2, 3, 4}
     for step in {r["step"] for r in measured}:
         starts = [r["t_start"] for r in measured if r["step"] == step]
         assert max(starts) - min(starts) < 0.5  # ranks start each step together
-    tele = pq.read_table(tp2_bundle[0] / "telemetry.parquet").to_pylist()
+    tele = pq.read_table(cpu_run[0] / "telemetry.parquet").to_pylist()
     assert tele and all(t["source"] == "host" for t in tele)
     # a tick with no CPU time elapsed since the last one has no utilization (null, not 0)
     assert sum(t["cpu_util_pct"] is not None for t in tele) >= 0.8 * len(tele)
@@ -81,10 +65,10 @@ def test_steps_have_synchronized_measured_rows(tp2_bundle):
     assert min(t["t"] for t in tele) < first and max(t["t"] for t in tele) > last
 
 
-def test_tp2_matches_tp1_loss(tp2_bundle, gpt3_tiny_reference):
+def test_tp2_matches_tp1_loss(cpu_run, gpt3_tiny_reference):
     """TP shards the same model: the loss of each step matches a one-process run (fp32)."""
     tp1 = losses_by_rank(gpt3_tiny_reference)[0]
-    tp2 = losses_by_rank(tp2_bundle[0])[0]
+    tp2 = losses_by_rank(cpu_run[0])[0]
     assert tp1 == pytest.approx(tp2, rel=1e-4)
 
 
