@@ -7,11 +7,20 @@ bytes. The per-run views the figures draw from are made the same way (:func:`map
 Forked workers inherit the jobs and everything they read (bundles, views, scales), so nothing but
 the PNGs crosses between processes. Where ``fork`` is not available, or there are
 too few jobs to be worth a pool, they run in this process.
+
+A worker that dies (killed for memory, a crash in a renderer) does not hang the report: the
+jobs it had not finished are run here, in order, after a one-line warning. Ctrl-C (or any
+error here) cancels what is queued and stops the workers; workers die with this process.
 """
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from matplotlib.figure import Figure
@@ -41,6 +50,16 @@ def _call(index: int) -> Any:
     return _task(index)
 
 
+def _worker_start() -> None:
+    """In a worker: leave Ctrl-C to the report's process (which stops the workers), and be
+    killed when that process dies (Linux), so a killed report leaves no worker behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: workers end when their queue closes
+        pass
+
+
 def map_forked(task: Callable[[int], T], count: int, workers: int | None = None) -> list[T]:
     """``[task(0), ..., task(count - 1)]``, computed in forked workers (one per core) when
     there are enough; ``task`` and what it reads are inherited, only results are pickled."""
@@ -50,10 +69,29 @@ def map_forked(task: Callable[[int], T], count: int, workers: int | None = None)
             "fork" not in multiprocessing.get_all_start_methods()):
         return [task(i) for i in range(count)]
     _task = task
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_worker_start)
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return pool.map(_call, range(count), chunksize=1)
+        futures = [pool.submit(_call, i) for i in range(count)]
+        results: list[T] = []
+        broken = False
+        for i, future in enumerate(futures):
+            try:
+                results.append(future.result())
+            except BrokenProcessPool:  # a worker died: this job and those after it run here
+                if not broken:
+                    print("warning: a report worker died; the rest is done in this process",
+                          file=sys.stderr)
+                    broken = True
+                results.append(task(i))
+        return results
+    except BaseException:  # Ctrl-C or an error of a job: stop now, not after the queue
+        # the executor would wait for the jobs its workers run (and forgets them on shutdown)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         _task = None
 
 

@@ -21,6 +21,7 @@ from kit.analysis.plots_common import (
     colors,
     legend_outside,
     percent_axis,
+    row_names,
     share_bars,
 )
 from kit.analysis.run_view import RunView
@@ -50,12 +51,13 @@ def configuration_bars(c: Comparison) -> Figure:
     """
     groups = figure_order(c)
     fig = Figure(figsize=(13, 1.3 + 0.42 * len(groups)), layout="constrained")
-    axes = fig.subplots(1, len(BAR_METRICS), sharey=True)
+    axes = fig.subplots(1, len(BAR_METRICS))
     for ax, (key, label) in zip(axes, BAR_METRICS, strict=True):
         unit = "fraction" if key == "mfu" else ""
         aggs = [g.values[key] for g in groups]
         known = [a.max for a in aggs if a.max is not None]
         xmax = max(known) * 1.3 if known and max(known) > 0 else 1.0
+        drawn = []
         for i, (g, a) in enumerate(zip(groups, aggs, strict=True)):
             if g.status != "ok":
                 ax.axhspan(i - 0.35, i + 0.35, color="#f4b6b6", alpha=0.6, lw=0)
@@ -65,20 +67,25 @@ def configuration_bars(c: Comparison) -> Figure:
                 ax.text(xmax * 0.02, i, "n/a (not measured)", va="center", color="0.35",
                         fontsize=7.5)
             else:
-                ax.barh(i, a.median, height=0.6, color="#4c78a8")
-                if a.min != a.max:
-                    ax.errorbar(a.median, i, xerr=[[a.median - a.min], [a.max - a.median]],
-                                color="black", capsize=3, lw=1)
+                drawn.append((i, a))
                 ax.text(a.max + xmax * 0.02, i, format_value(a.median, unit), va="center",
                         fontsize=7.5)
+        if drawn:  # all bars in one call, all whiskers in another (one artist each, not per row)
+            ax.barh([i for i, _ in drawn], [a.median for _, a in drawn], height=0.6,
+                    color="#4c78a8")
+            spread = [(i, a) for i, a in drawn if a.min != a.max]
+            if spread:
+                ax.errorbar([a.median for _, a in spread], [i for i, _ in spread],
+                            xerr=[[a.median - a.min for _, a in spread],
+                                  [a.max - a.median for _, a in spread]],
+                            fmt="none", color="black", capsize=3, lw=1)
         ax.set_xlim(0, xmax)
         if key == "mfu":
             ax.xaxis.set_major_formatter(lambda v, _: f"{v * 100:.0f}%")
         ax.set_title(label, fontsize=9)
         ax.grid(axis="x", alpha=0.3, lw=0.5)
         ax.tick_params(axis="x", labelsize=7.5)
-    axes[0].set_yticks(range(len(groups)), [_name(c, g) for g in groups], fontsize=8)
-    axes[0].set_ylim(len(groups) - 0.5, -0.5)  # rows top-down, each a full row from the axis
+    row_names(axes, [_name(c, g) for g in groups], 8)  # each a full row from the axis
     runs = sum(len(g.bundles) for g in groups)
     fig.suptitle(f"Per configuration: median over repeats (whiskers: min..max), {runs} runs",
                  fontsize=10)
@@ -104,7 +111,7 @@ def efficiency(c: Comparison) -> Figure | None:
         return None
     left_out = [_name(c, g) for g in ordered if all(g is not x for x in groups)]
     from matplotlib import colormaps
-    from matplotlib.colors import Normalize
+    from matplotlib.colors import Normalize, to_rgba
     from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(13, max(4.2, 1.4 + 0.36 * len(groups))), layout="constrained")
@@ -114,10 +121,11 @@ def efficiency(c: Comparison) -> Figure | None:
     known = [p for p in power if p is not None]
     norm = Normalize(min(known) - 1, max(known) + 1) if known else Normalize(0, 1)
     cmap = colormaps["plasma"]
-    for g, p in zip(groups, power, strict=True):
-        x, y = g.values["energy_j_per_token"].median, g.values["tokens_per_s"].median
-        color = cmap(norm(p)) if p is not None else "0.6"
-        left.scatter(x, y, s=70, color=color, edgecolor="black", lw=0.6, zorder=3)
+    points = [(g.values["energy_j_per_token"].median, g.values["tokens_per_s"].median)
+              for g in groups]
+    left.scatter(*zip(*points, strict=True), s=70, zorder=3, edgecolor="black", lw=0.6,
+                 color=[cmap(norm(p)) if p is not None else to_rgba("0.6") for p in power])
+    for g, (x, y) in zip(groups, points, strict=True):
         left.annotate(_name(c, g), (x, y), textcoords="offset points", xytext=(6, 4),
                       fontsize=7).set_in_layout(False)
     left.set_xlabel("energy per token (J), lower is better")
@@ -188,21 +196,28 @@ def per_gpu(c: Comparison, views: dict[str, RunView]) -> Figure | None:
     if not rows:
         return None
     fig = Figure(figsize=(13, 1.5 + 0.22 * len(rows)), layout="constrained")
-    axes = fig.subplots(1, len(_PER_GPU), sharey=True)
+    axes = fig.subplots(1, len(_PER_GPU))
     for ax, (_, label, mean_key, extreme_key, extreme) in zip(axes, _PER_GPU, strict=True):
         means = [getattr(s, mean_key) for _, s, _ in rows if s is not None]
         if not any(v is not None for v in means):
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
-        for i, (_, stats, view) in enumerate(rows):
-            if stats is None:
-                ax.axhline(i, color="0.6", lw=0.5)
-                continue
-            mean, top = getattr(stats, mean_key), getattr(stats, extreme_key)
-            failed = view is not None and view.bundle.manifest.status != "ok"
-            if mean is not None:
-                ax.barh(i, mean, height=0.7, color="#e15759" if failed else "#4c78a8")
-            if top is not None:
-                ax.plot(top, i, marker="|", color="black", ms=8, mew=1.5)
+        # one artist per kind, not per row: a row's bar, tick and rule each cost a 100-bundle
+        # report's figure as much to build and draw as the whole rest of it
+        headers = [i for i, (_, stats, _) in enumerate(rows) if stats is None]
+        bars = [(i, getattr(s, mean_key), "#e15759" if view is not None and
+                 view.bundle.manifest.status != "ok" else "#4c78a8")
+                for i, (_, s, view) in enumerate(rows)
+                if s is not None and getattr(s, mean_key) is not None]
+        tops = [(i, getattr(s, extreme_key)) for i, (_, s, _) in enumerate(rows)
+                if s is not None and getattr(s, extreme_key) is not None]
+        if headers:
+            ax.hlines(headers, 0, 1, transform=ax.get_yaxis_transform(), color="0.6", lw=0.5)
+        if bars:
+            ys, widths, fill = zip(*bars, strict=True)
+            ax.barh(ys, widths, height=0.7, color=fill)
+        if tops:
+            ys, xs = zip(*tops, strict=True)
+            ax.plot(xs, ys, ls="none", marker="|", color="black", ms=8, mew=1.5)
         if mean_key == "power_mean":
             for limit in sorted({w for v in views.values() for w in v.power_limits_w}):
                 ax.axvline(limit, color=STATUS_COLOR, ls="--", lw=0.8)
@@ -219,11 +234,10 @@ def per_gpu(c: Comparison, views: dict[str, RunView]) -> Figure | None:
         ax.set_title(f"{label}: mean bar, {extreme} tick", fontsize=8.5)
         ax.grid(axis="x", alpha=0.3, lw=0.5)
         ax.tick_params(axis="x", labelsize=7.5)
-    axes[0].set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=7)
+    row_names(axes, [name for name, _, _ in rows], 7, top=-0.6)
     for tick, (_, stats, _) in zip(axes[0].get_yticklabels(), rows, strict=True):
         if stats is None:
             tick.set_fontweight("bold")
-    axes[0].set_ylim(len(rows) - 0.5, -0.6)
     fig.suptitle("Per GPU and configuration (red: a run that did not end ok); GPUs by node, "
                  "slot and rank (r, pp stage, tp/cp/ep rank)", fontsize=9.5)
     return fig
@@ -253,7 +267,7 @@ def gpu_heatmap(c: Comparison, views: dict[str, RunView]) -> Figure | None:
     if side:
         fig = Figure(figsize=(max(9.0, 3.5 + len(panels) * (1.3 + cell_w * len(columns))),
                               1.6 + cell_h * len(groups)), layout="constrained")
-        axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]  # rows: row_names' reason
     else:
         fig = Figure(figsize=(min(3.5 + cell_w * len(columns), 20),
                               1.2 + len(panels) * (0.9 + cell_h * len(groups))),
@@ -289,6 +303,8 @@ def gpu_heatmap(c: Comparison, views: dict[str, RunView]) -> Figure | None:
                       rotation=90 if len(columns) > 8 else 0)
         if n == 0 or not side:
             ax.set_yticks(range(len(groups)), [_name(c, g) for g in groups], fontsize=7.5)
+        else:
+            ax.set_yticks([])
         ax.set_title(label, fontsize=8.5, wrap=True)
         fig.colorbar(image, ax=ax, shrink=0.9, location="bottom" if side else "right",
                      aspect=15 if side else 20)
