@@ -27,12 +27,12 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-import kit
 from pathlib import Path
 
 from matplotlib.figure import Figure
 from tabulate import tabulate
 
+import kit
 from kit.analysis import plots_cross, plots_experts, plots_run, plots_study
 from kit.analysis.compare import Comparison, Group, compare_bundles
 from kit.analysis.compare_format import check_lines, metric_grids, table_notes

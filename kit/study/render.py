@@ -3,13 +3,13 @@
 import html
 import json
 from datetime import datetime, timezone
-import kit
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 from tabulate import tabulate
 
+import kit
 from kit.analysis.plots_common import colors, png_bytes
 from kit.study.verdicts import FindingResult, Plot
 
