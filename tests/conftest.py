@@ -111,6 +111,14 @@ def tp2_dp2_bundle(tmp_path_factory) -> Path:
     return bundle_path(r.stdout)
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test interrupts with SIGINT as a terminal's Ctrl-C would:
+    SIGINT at its default, as in a shell's foreground job. A suite started in the background
+    of a shell without job control inherits SIGINT ignored, and a Python child that inherits it
+    ignored never raises KeyboardInterrupt (the kit's own runs install their own handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_long_run(out: Path, *args: str, steps: int = 500) -> subprocess.Popen:
     """A run (default: 2 ranks, TP 2) far longer than any test waits for.
 

@@ -16,7 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import slurm_cluster
-from tests.conftest import REPO, bundle_path, kit_cli, recover_once_stopped, why_failed
+from tests.conftest import (
+    REPO,
+    bundle_path,
+    default_sigint,
+    kit_cli,
+    recover_once_stopped,
+    why_failed,
+)
 
 RUN = [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2",
        "--launcher", "slurm", "--warmup", "1"]
@@ -263,7 +270,7 @@ axes:
             "--container-runtime", "none", "--partition", "ci", "--time", "10", "--out", str(out)]
     index = out / "two-jobs" / "sweep.json"
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     jobs = []
     while time.monotonic() < deadline and first.poll() is None:

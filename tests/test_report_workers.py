@@ -13,7 +13,7 @@ import pytest
 
 from kit.analysis.figure_render import map_forked
 
-from .conftest import REPO
+from .conftest import REPO, default_sigint
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2,
                                 reason="the pool needs fork and two cores")
@@ -40,7 +40,7 @@ SLOW = textwrap.dedent("""
     from kit.analysis.figure_render import map_forked
 
     def task(i):
-        print(f"worker {os.getpid()}", flush=True)
+        os.write(1, f"worker {os.getpid()}\\n".encode())  # one write: lines never interleave
         time.sleep(30)
         return i
 
@@ -58,7 +58,7 @@ def _start(tmp_path):
     script.write_text(SLOW)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     workers = {int(proc.stdout.readline().split()[1]) for _ in range(2)}
     return proc, workers
 
