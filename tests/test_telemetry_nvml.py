@@ -215,6 +215,18 @@ def sample_slow_every_tick(source, n: int) -> list[dict]:
     return [row for i in range(n) for row in sample_once(source, 1_000.0 + TICK_S * i)]
 
 
+def read_every_field(n: int) -> tuple[list[dict], dict]:
+    """A real NVML source on the fake installed: ``n`` reads of every field
+    (:func:`sample_slow_every_tick`), then what ``fields()`` says of each."""
+    from kit.telemetry.nvidia.nvml import NvmlSource
+
+    source = NvmlSource(node=0)
+    try:
+        return sample_slow_every_tick(source, n), source.fields()
+    finally:
+        source.close()
+
+
 def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
     # The bundle holds raw - raw0 of a 32-bit register. Any raw0 that puts the last value
     # before the wrap within 386,552 bytes (the advance across it) of 2^32 gives back the raw
@@ -224,14 +236,8 @@ def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
     raw = [(raw0 + v - recorded[0]) % U32 for v in recorded]
     assert raw[RECORDED_WRAP_AT] < raw[RECORDED_WRAP_AT - 1]
     fake_nvml(h100([raw[0], *raw]))  # the first answer is the construction-time reading
-    from kit.telemetry.nvidia.nvml import NvmlSource
-
-    source = NvmlSource(node=0)
-    try:
-        rows = sample_slow_every_tick(source, len(raw))
-        info = source.fields()["pcie_tx_bytes"]
-    finally:
-        source.close()
+    rows, fields = read_every_field(len(raw))
+    info = fields["pcie_tx_bytes"]
     written = [r["pcie_tx_bytes"] for r in rows]
     assert written == [v - recorded[0] + (U32 if i >= RECORDED_WRAP_AT else 0)
                        for i, v in enumerate(recorded)]
@@ -244,14 +250,7 @@ def test_recorded_h100_pcie_wrap_through_the_backend(fake_nvml) -> None:
 
 def test_energy_and_violation_time_stay_absolute(fake_nvml) -> None:
     fake_nvml(h100([0]))
-    from kit.telemetry.nvidia.nvml import NvmlSource
-
-    source = NvmlSource(node=0)
-    try:
-        rows = sample_slow_every_tick(source, 3)
-        fields = source.fields()
-    finally:
-        source.close()
+    rows, fields = read_every_field(3)
     # mJ since the driver loaded, read once at construction and then once per tick
     assert [r["energy_j"] for r in rows] == pytest.approx([7022.777, 7022.842, 7022.907])
     assert [r["viol_power_s"] for r in rows] == pytest.approx([3.6308704] * 3)
@@ -269,17 +268,11 @@ def test_a_link_counter_that_goes_backwards_is_a_reset(fake_nvml) -> None:
     scenario = h100([0], NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX={"scope": per_link})
     scenario["devices"][0]["nvlinks"] = 2
     fake_nvml(scenario)
-    from kit.telemetry.nvidia.nvml import NvmlSource
-
-    source = NvmlSource(node=0)
-    try:
-        rows = sample_slow_every_tick(source, 3)
-        info = source.fields()["link_tx_bytes"]
-    finally:
-        source.close()
+    rows, fields = read_every_field(3)
     assert [r["link_tx_bytes"] for r in rows] == [20 * 1024, None, 50 * 1024]
-    assert "device 0 link_tx_bytes: 1 reset, the first at t=1000.110 (5010 -> 3)" in info.reason
-    assert not source.fields()["link_rx_bytes"].readable  # the scenario has no RX counter
+    assert ("device 0 link_tx_bytes: 1 reset, the first at t=1000.110 (5010 -> 3)"
+            in fields["link_tx_bytes"].reason)
+    assert not fields["link_rx_bytes"].readable  # the scenario has no RX counter
 
 
 def test_nvml_sums_the_links_itself_where_it_can(fake_nvml) -> None:
@@ -296,14 +289,7 @@ def test_nvml_sums_the_links_itself_where_it_can(fake_nvml) -> None:
                                                          "1": link([0, 2, 4, 6])}})
     scenario["devices"][0]["nvlinks"] = 2
     fake_nvml(scenario)
-    from kit.telemetry.nvidia.nvml import NvmlSource
-
-    source = NvmlSource(node=0)
-    try:
-        rows = sample_slow_every_tick(source, 3)
-        fields = source.fields()
-    finally:
-        source.close()
+    rows, fields = read_every_field(3)
     assert [r["link_tx_bytes"] for r in rows] == [10 * 1024, 30 * 1024, 60 * 1024]
     assert "every link, summed by NVML" in fields["link_tx_bytes"].reason
     assert [r["link_rx_bytes"] for r in rows] == [3 * 1024, 6 * 1024, 9 * 1024]
