@@ -194,13 +194,13 @@ def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, f
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("extra, needle", [
-    ((), "no GEMM table of cpu and h100"),
-    (("GEMM",), "no GEMM table of h100"),
+    ((), "no GEMM table of cpu and mi250"),
+    (("GEMM",), "no GEMM table of mi250"),
 ])
 def test_another_gpu_kind_without_what_it_needs_is_refused(dp1, gemm_table, tmp_path, extra,
                                                           needle):
     given = [str(gemm_table) if e == "GEMM" else e for e in extra]
-    r = kit_cli("project", str(dp1), *given, "--platform", "h100", "--devices-per-node", "1",
+    r = kit_cli("project", str(dp1), *given, "--platform", "mi250", "--devices-per-node", "1",
                 "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ")
