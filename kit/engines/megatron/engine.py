@@ -71,6 +71,7 @@ class MegatronEngine(Engine):
         self._cpu_mode: Any = None
         self._speed_notes: list[str] = []
         self._features: frozenset[str] = frozenset()
+        self._graphed = False
         self._phases: PhaseTimers | None = None
         self._graph: Any = None
         self._forward_step: Any = _forward_step
@@ -107,7 +108,7 @@ class MegatronEngine(Engine):
         from megatron.core import tensor_parallel
 
         self._features = speed.enabled(cfg)
-        graph = speed.use_cuda_graph(cfg, self._features)
+        graph = self._graphed = speed.use_cuda_graph(cfg, self._features)
         # a CUDA graph replays generators only in their graph-safe form
         tensor_parallel.model_parallel_cuda_manual_seed(
             cfg.seed, **({} if cpu else {"use_cudagraphable_rng": graph, "force_reset_rng": True}))
@@ -193,10 +194,12 @@ class MegatronEngine(Engine):
         assert cfg is not None
         o = cfg.optim
         sharded_optimizer = o.dist_optimizer or o.fsdp
+        # a graphed step cannot wait for an eager all-gather (speed.graph_blockers' docstring)
+        gather_overlapped = o.overlap and sharded_optimizer and not self._graphed
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=o.overlap,
-            overlap_param_gather=o.overlap and sharded_optimizer,
+            overlap_param_gather=gather_overlapped,
             use_distributed_optimizer=sharded_optimizer,
             bucket_size=GRAD_BUCKET_ELEMENTS if o.overlap else None,
             **(adapter.megatron_fsdp_ddp_config_kwargs(cfg.platform.is_cpu) if o.fsdp else {}),
@@ -204,6 +207,10 @@ class MegatronEngine(Engine):
         wrapper = adapter.megatron_fsdp_wrapper() if o.fsdp else DistributedDataParallel
         features = self._features
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
+        if o.overlap and sharded_optimizer and not o.fsdp and self._graphed:
+            self._speed_notes.append(
+                "overlap: gradient reduce-scatters overlapped inside the CUDA graph; the "
+                "parameter all-gather runs after the optimizer step, not overlapped")
         wrapped = []
         for i, chunk in enumerate(chunks):
             if not cfg.platform.is_cpu:
