@@ -170,3 +170,36 @@ def test_megatron_core_imports_without_the_compiler_and_still_compiles():
                        env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[-2:] == ["[]", "True True"]
+
+
+def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path, monkeypatch):
+    """PYTHONDONTWRITEBYTECODE over a package without .pyc files: the ranks get a prefix in the
+    keyed folder, Python writes there and not beside the sources; the compiled-artifact count
+    leaves it out. A package with bytecode, or an environment that writes it, is left alone."""
+    pkg = tmp_path / "pkgs" / "nopyc"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(pkg.parent))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    keyed = tmp_path / "cache" / "key"
+    env = compile_cache.bytecode_environment(keyed, probe="nopyc")
+    assert env == {"PYTHONPYCACHEPREFIX": str(keyed / compile_cache.BYTECODE)}
+    child = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-c", "import nopyc; print(nopyc.VALUE)"],
+                       env={**child, **env, "PYTHONPATH": str(pkg.parent)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+    assert list((keyed / compile_cache.BYTECODE).rglob("__init__*.pyc"))
+    assert not (pkg / "__pycache__").exists()
+    assert compile_cache.entries(keyed) == 0  # bytecode is not a compiled kernel
+    (keyed / "inductor").mkdir()
+    (keyed / "inductor" / "artifact").write_text("x")
+    assert compile_cache.entries(keyed) == 1
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert compile_cache.bytecode_environment(keyed, probe="nopyc") == {}
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    import py_compile
+
+    py_compile.compile(str(pkg / "__init__.py"), doraise=True)  # beside the source
+    assert compile_cache.bytecode_environment(keyed, probe="nopyc") == {}
