@@ -63,8 +63,10 @@ def _shard(cfg: RunConfig, category: str) -> int:
 
 def work(cfg: RunConfig, stage: int, category: str, layers: int | None = None,
          logits: bool | None = None) -> float:
-    """Work units of ``category`` one rank of ``stage`` does per micro-batch (module docstring);
-    ``layers`` and ``logits`` override the stage's own (its layers; logits on the last stage)."""
+    """Work units of ``category`` one rank of ``stage`` does per micro-batch (module docstring).
+
+    ``layers`` and ``logits`` override the stage's own (its layers; logits on the last stage).
+    """
     layer, logits_flops = layer_and_logits_flops(cfg)
     last = stage == cfg.parallel.pp - 1 if logits is None else logits
     n = layers_per_stage(cfg) if layers is None else layers

@@ -40,8 +40,10 @@ def expected_max(samples: tuple[float, ...] | list[float], k: int) -> float:
 
 
 def coupling(samples: tuple[float, ...] | list[float], ranks: int) -> Span:
-    """The step's factor for ``ranks`` host-paced ranks that wait on each other (module
-    docstring): ``[1, E[max of ranks] / median, max / median]``."""
+    """The step's factor for ``ranks`` host-paced ranks that wait on each other.
+
+    ``[1, E[max of ranks] / median, max / median]`` over the measured steps (module docstring).
+    """
     median = statistics.median(samples)
     if ranks <= 1 or median <= 0:
         return Span.exact(1.0)
