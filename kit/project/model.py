@@ -328,6 +328,11 @@ def _host_assumptions(cfg: RunConfig, chosen: MeasuredRun, graphed: bool,
         out.append("eager pipeline: megatron-core synchronizes the device after every p2p call "
                    "(batch_p2p_sync): each call waits for up to one layer's device time of the "
                    "chunk before it (point: half of it)")
+        if chosen.cfg.parallel.pp == 1 and not chosen.graphed:
+            out.append("the host work of the embedding (first stage) and of the output layer "
+                       "and loss (last stage) is measured spread over the layers of a run "
+                       "without stages: the end stages' own share of it is not known (only "
+                       "the logits' kernels are added to the last stage)")
     if coupled.high > 1.0:
         n = len(chosen.step_samples_s)
         out.append(f"{cfg.world_size} host-paced ranks wait on each other: the step lasts as "
