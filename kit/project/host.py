@@ -15,10 +15,11 @@ taken from what the measured run and megatron-core's code say:
   EP collective) makes one rank wait for another, and the step ends with the slowest. An
   eager source's steps vary with its host (the measured steps' spread, not the profiler's:
   profiled steps are left out); a target of ``k`` such ranks lasts, per step, as long as the
-  slowest of ``k`` draws from that spread: :func:`coupling` is ``E[max of k draws] / median``
-  over the measured steps (point), ``1`` (every host at the median: low) and the slowest
-  measured step over the median (high). A CUDA-graph source's spread is the replay's, not a
-  host's: no coupling is drawn from it.
+  slowest of ``k`` draws from that spread (``k``: the target's ranks over the measured run's,
+  whose every step already is the slowest of its own ranks): :func:`coupling` is
+  ``E[max of k draws] / median`` over the measured steps (point), ``1`` (every host at the
+  median: low) and the slowest measured step over the median (high). A CUDA-graph source's
+  spread is the replay's, not a host's: no coupling is drawn from it.
 """
 
 import statistics

@@ -270,7 +270,7 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     except ValueError as e:
         raise KitInputError(str(e)) from None
     lo, median, hi = chosen.step_s
-    coupled = (coupling(chosen.step_samples_s, cfg.world_size)
+    coupled = (coupling(chosen.step_samples_s, _draws(cfg, chosen))
                if not graphed and not chosen.graphed else Span.exact(1.0))
     if coupled.high > 1.0:
         # the slowest measured step bounds the high end: the third quartile is inside it
@@ -318,6 +318,15 @@ def _times(a: Span, b: Span) -> Span:
     return Span(a.low * b.low, a.point * b.point, a.high * b.high)
 
 
+def _draws(cfg: RunConfig, chosen: MeasuredRun) -> int:
+    """How many of the measured run's steps a target step waits on.
+
+    A measured step already is the slowest of its own ranks: the target's ranks count in groups
+    of that many.
+    """
+    return max(1, cfg.world_size // chosen.cfg.world_size)
+
+
 def _host_assumptions(cfg: RunConfig, chosen: MeasuredRun, graphed: bool,
                       coupled: Span) -> list[str]:
     """What an eager target's host adds (kit.project.host), and what no input measures."""
@@ -335,8 +344,10 @@ def _host_assumptions(cfg: RunConfig, chosen: MeasuredRun, graphed: bool,
                        "the logits' kernels are added to the last stage)")
     if coupled.high > 1.0:
         n = len(chosen.step_samples_s)
+        k = _draws(cfg, chosen)
         out.append(f"{cfg.world_size} host-paced ranks wait on each other: the step lasts as "
-                   f"long as the slowest of {cfg.world_size} draws from the {n} measured steps "
+                   f"long as the slowest of {k} draws (groups of the measured run's "
+                   f"{chosen.cfg.world_size} rank(s)) from the {n} measured steps "
                    f"of {chosen.bundle.path.name} (x{coupled.point:.3g} its median; low: every "
                    f"host at the median; high: its slowest step, x{coupled.high:.3g})")
     elif chosen.graphed and cfg.world_size > 1:
