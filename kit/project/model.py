@@ -7,7 +7,9 @@
    profile breakdown, the same micro-batch, the same recompute, the nearest TP degree.
 3. Per target stage: compute (kit.project.compute), collectives (kit.project.volumes) and
    their times (kit.project.network), assembled into a step (kit.project.step), widened by
-   the chosen run's own step-to-step spread; power and energy (kit.project.power).
+   the chosen run's own step-to-step spread; for an eager target from an eager run, its
+   ranks waiting on each other's hosts (kit.project.host); power and energy
+   (kit.project.power).
 4. Write the summary keys a bundle has, each projected one with its interval, the parts, the
    assumptions and the inputs (kit.project.file).
 
