@@ -7,7 +7,8 @@
 #     GEMMs at TP 1, 2, 4, 8 and micro-batch 1, 2; well under a minute).
 # (a) the inputs, measured here (unless SOURCE): gpt3-1.3b, micro-batch 2, global batch 16 on ONE
 #     GPU, profiled, twice (the default step, one CUDA graph, and the eager step the multi-GPU
-#     layouts run); gpt3-175b's architecture with one layer (gpt3-175b-1l) on one GPU, micro-batch
+#     layouts run), and eager with TP2+SP on two GPUs (the eager TP host work of TP2 x PP2);
+#     gpt3-175b's architecture with one layer (gpt3-175b-1l) on one GPU, micro-batch
 #     1, profiled; `fabric --nproc N` and, while the budget lasts, `--nproc 2`.
 #     SOURCE=inputs.tar.gz (this script's inputs.tar.gz from ANOTHER GPU kind): its bundles and
 #     GEMM table are the inputs instead, and this machine gives only its own GEMM table: the
@@ -144,6 +145,11 @@ else
     EAGER_SPEED=$(python3 -c "from kit.engines.megatron.speed import DEFAULT; print(','.join(sorted(DEFAULT - {'cuda_graph'})))")
     have "$WORK/src/eager" || kit_run 1 "$WORK/src/eager" "$WL" --dp 1 --micro-batch 2 \
       --global-batch "$GBS" "${STEPS[@]}" "${PROFILE[@]}" --speed "$EAGER_SPEED" >/dev/null
+    # the eager TP2+SP step on two GPUs: the host work of eager TP inside a pipeline
+    # (TP2 x PP2), which no one-GPU run measures; project chooses it for eager TP2 targets
+    have "$WORK/src/eager-tp2" || kit_run 2 "$WORK/src/eager-tp2" "$WL" --tp 2 --sp \
+      --micro-batch 2 --global-batch "$GBS" "${STEPS[@]}" "${PROFILE[@]}" \
+      --speed "$EAGER_SPEED" >/dev/null
     STUDY="$WORK/wl/gpt3-175b-1l.yaml"
     [ -f "$STUDY" ] || python3 - "$STUDY" <<'PY'
 import sys
