@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from kit import lifecycle
 from kit.engines import engine_spec
+from kit.launch.early_groups import EarlyProcessGroup
 from kit.launch.local import LAUNCHER_PID_ENV
 from kit.launch.profiling import RankProfiler
 from kit.launch.rankfile import (
@@ -200,7 +201,12 @@ def run_rank(staging: Path) -> int:
     result.timeline = marks.times
     try:
         cfg = read_config(staging)
+        # the rendezvous waits on the peers while this rank imports its engine
+        group = EarlyProcessGroup(cfg, rank, local_rank, world)
         engine = engine_spec(cfg.engine).build()
+        engine.import_framework(cfg.platform.is_cpu)
+        marks.mark("engine_imported")
+        group.wait()
         placement = engine.setup(cfg, rank, local_rank, world)
         marks.mark("model_built")
         result.placement = {k: v for k, v in vars(placement).items() if k.endswith("_rank")}
