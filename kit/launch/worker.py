@@ -11,6 +11,7 @@ rank outright if it has not ended within :data:`ORPHAN_GRACE_S` (a peer may be s
 collective).
 """
 
+import gc
 import os
 import signal
 import sys
@@ -184,6 +185,20 @@ def _zeus_phase(cfg: RunConfig, local_rank: int, result: RankResult) -> _ZeusPha
         return None
 
 
+def freeze_imported_objects() -> None:
+    """Leave what the imports made (some 300k objects, alive as long as the process) out of
+    every later garbage collection.
+
+    A full collection walks every tracked object: 0.5-0.7 s on a 2-core host after torch,
+    the engine and ``torch._dynamo`` are imported, paid by every automatic oldest-generation
+    collection and by DeepSpeed ZeRO-3's explicit ``gc.collect()`` while it flattens the
+    parameters (``defragment``, inside the model build). ``gc.freeze`` moves them to a
+    permanent generation the collector skips; reference counting still frees them, and the
+    rank has made no tensor yet whose cycles it would keep.
+    """
+    gc.freeze()
+
+
 def run_rank(staging: Path) -> int:
     """Run this rank to completion; return its exit code."""
     rank = int(os.environ["RANK"])
@@ -205,6 +220,7 @@ def run_rank(staging: Path) -> int:
         group = EarlyProcessGroup(cfg, rank, local_rank, world)
         engine = engine_spec(cfg.engine).build()
         engine.import_framework(cfg.platform.is_cpu)
+        freeze_imported_objects()
         marks.mark("engine_imported")
         group.wait()
         placement = engine.setup(cfg, rank, local_rank, world)
