@@ -66,14 +66,14 @@ PY
   rm -rf "$RUNS"; mkdir -p "$RUNS"
   echo "## 1a. as installed"
   echo "\$ python3 benchmarks/startup/import_profile.py --engine megatron --platform "$PYPLAT" --repeats 1 --top 15"
-  python3 benchmarks/startup/import_profile.py --engine megatron --platform "$PYPLAT" --repeats 1 --top 15 2>&1
+  timeout "$(left)" python3 benchmarks/startup/import_profile.py --engine megatron --platform "$PYPLAT" --repeats 1 --top 15 2>&1
   echo "## 1b. byte-compiled once"
   echo "\$ python3 -m compileall -q -j 0 kit $([[ -d /tmp/site ]] && echo /tmp/site)"
   t0=$(date +%s.%N)
   python3 -m compileall -q -j 0 kit $([[ -d /tmp/site ]] && echo /tmp/site) >/dev/null 2>&1
   echo "compileall took $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") s"
   echo "\$ python3 benchmarks/startup/import_profile.py --engine megatron --platform "$PYPLAT" --repeats 2 --top 25"
-  python3 benchmarks/startup/import_profile.py --engine megatron --platform "$PYPLAT" --repeats 2 --top 25 2>&1
+  timeout "$(left)" python3 benchmarks/startup/import_profile.py --engine megatron --platform "$PYPLAT" --repeats 2 --top 25 2>&1
   kit_run cold "$RUNS/cache" && kit_run warm "$RUNS/cache"
   python3 -c "import json, sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1])], indent=1))" \
     "$RUNS/runs.jsonl" > "$OUT/$TAG-lifecycle.json" 2>/dev/null
