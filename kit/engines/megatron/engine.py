@@ -77,11 +77,13 @@ class MegatronEngine(Engine):
         self._forward_step: Any = _forward_step
         self._expert_load: ExpertLoad | None = None
 
+    def import_framework(self, cpu: bool) -> None:
+        """megatron-core (imported by the spec's ``build``, its fusions' compile deferred)."""
+        from megatron.core import parallel_state  # noqa: F401
+
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
         from megatron.core import parallel_state as ps
-
-        lifecycle.mark("engine_imported")
 
         self.cfg = cfg
         cpu = cfg.platform.is_cpu
@@ -99,8 +101,9 @@ class MegatronEngine(Engine):
         # on 4 H100s, benchmarks/parallel/results/); unbound, each group connects at its first
         # collective, and groups the layout never uses never do. The first (eager) step runs
         # every collective of the step before a CUDA graph captures it.
-        dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
-                                world_size=world_size)
+        if not dist.is_initialized():
+            dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
+                                    world_size=world_size)
         p = cfg.parallel
         adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
         lifecycle.mark("process_groups")
