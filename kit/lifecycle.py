@@ -20,8 +20,9 @@ RANK_PHASES: dict[str, str] = {
     "started": "process started",
     "imported": "imported torch and the kit",
     "engine_imported": "imported the training engine (megatron-core, DeepSpeed)",
-    "process_groups": "created process groups (the default group's rendezvous runs beside the "
-                      "engine's import: this is what is left of it after, and the subgroups)",
+    "process_groups": "created process groups (on cpu the default group's rendezvous runs "
+                      "beside the engine's import: this is what is left of it after, and the "
+                      "subgroups)",
     "model_built": "built the model, optimizer and data",
     "first_step": "ran the first step (compiles, captures, allocates)",
     "last_step": "ran the last step",

@@ -214,7 +214,7 @@ from kit.launch.early_groups import EarlyProcessGroup
 from kit.spec.resolve import RunRequest, resolve
 rank, world = int(sys.argv[1]), int(sys.argv[2])
 cfg = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
-group = EarlyProcessGroup(cfg, rank, rank, world)
+group = EarlyProcessGroup(cfg, rank, world)
 try:
     group.wait()
 except Exception as e:

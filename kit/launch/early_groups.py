@@ -5,11 +5,15 @@ imports torch and the engine at its own pace) and, with gloo, for the connection
 That wait needs no engine, and holds no GIL while it waits, so a rank starts it as soon as it
 has its config and imports the engine meanwhile; the engine's ``setup`` then finds the group
 made (``torch.distributed.is_initialized()``) and creates only its own subgroups.
+
+Only on the CPU platform (gloo) so far: with NCCL the engine still creates the group in its
+``setup``, until a GPU run has shown the threaded creation (the thread's own current device,
+the communicators made later on the main thread's) to work there; no GPU time was left to run
+that check in the session that wrote this.
 """
 
 import threading
 
-import torch
 import torch.distributed as dist
 
 from kit.spec.run import RunConfig
@@ -18,20 +22,15 @@ from kit.spec.run import RunConfig
 class EarlyProcessGroup:
     """``torch.distributed.init_process_group`` on a thread; :meth:`wait` joins it."""
 
-    def __init__(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> None:
+    def __init__(self, cfg: RunConfig, rank: int, world_size: int) -> None:
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._create, args=(cfg, rank, local_rank, world_size), daemon=True,
+            target=self._create, args=(cfg, rank, world_size), daemon=True,
             name="process-group")
         self._thread.start()
 
-    def _create(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> None:
+    def _create(self, cfg: RunConfig, rank: int, world_size: int) -> None:
         try:
-            if not cfg.platform.is_cpu:
-                # this thread's device (each thread has its own): the group is created the
-                # way the engine would create it after its own set_device
-                torch.cuda.set_device(local_rank)
-            # No device_id: see MegatronEngine.setup (groups connect at their first collective)
             dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
                                     world_size=world_size)
         except BaseException as e:  # re-raised in the rank's main thread by wait()

@@ -215,13 +215,15 @@ def run_rank(staging: Path) -> int:
     result.timeline = marks.times
     try:
         cfg = read_config(staging)
-        # the rendezvous waits on the peers while this rank imports its engine
-        group = EarlyProcessGroup(cfg, rank, local_rank, world)
+        # the rendezvous waits on the peers while this rank imports its engine (gloo only so
+        # far: kit.launch.early_groups)
+        group = EarlyProcessGroup(cfg, rank, world) if cfg.platform.is_cpu else None
         engine = engine_spec(cfg.engine).build()
         engine.import_framework(cfg.platform.is_cpu)
         freeze_imported_objects()
         marks.mark("engine_imported")
-        group.wait()
+        if group is not None:
+            group.wait()
         placement = engine.setup(cfg, rank, local_rank, world)
         marks.mark("model_built")
         result.placement = {k: v for k, v in vars(placement).items() if k.endswith("_rank")}
