@@ -97,10 +97,12 @@ def map_forked(task: Callable[[int], T], count: int, workers: int | None = None)
 
 def render_all(jobs: list[Job], workers: int | None = None) -> list[bytes | None]:
     """PNG bytes of every job's figure (None where a job draws nothing), in job order."""
+    from kit.analysis.figure_reuse import reusing
     from kit.analysis.plots_common import png_bytes
 
     def render(index: int) -> bytes | None:
-        fig = jobs[index]()
-        return png_bytes(fig) if fig is not None else None
+        with reusing():  # one job at a time: its figure is rendered before the next is drawn
+            fig = jobs[index]()
+            return png_bytes(fig) if fig is not None else None
 
     return map_forked(render, len(jobs), workers)
