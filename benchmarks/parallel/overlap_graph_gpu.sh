@@ -12,11 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:?set OUT}"; mkdir -p "$OUT"
-if ! python3 -c "import megatron.core, pydantic" >/dev/null 2>&1 && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
+source benchmarks/lib.sh
+use_carried_wheels
 N=$(nvidia-smi -L | wc -l)
 EAGER=$(python3 -c "from kit.engines.megatron.speed import DEFAULT; print(','.join(sorted(DEFAULT - {'cuda_graph'})))")
 exec > >(tee -a "$OUT/overlap-graph.txt") 2>&1

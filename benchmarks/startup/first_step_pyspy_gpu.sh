@@ -10,11 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:?set OUT}"; mkdir -p "$OUT"
-if ! python3 -c "import megatron.core, pydantic" >/dev/null 2>&1 && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH="/tmp/site:$PYTHONPATH" PATH="/tmp/site/bin:$PATH"
-fi
+source benchmarks/lib.sh
+use_carried_wheels
 WL="${WL:-gpt3-1.3b}"
 exec > >(tee -a "$OUT/first-step.txt") 2>&1
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); kit ${KIT_COMMIT:-unknown}"

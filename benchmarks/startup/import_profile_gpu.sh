@@ -21,13 +21,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 START=$(date +%s)
 BUDGET="${BUDGET_S:-170}"
 OUT="${OUT:-results/startup/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
-if ! python3 -c "import megatron.core, deepspeed, pydantic" >/dev/null 2>&1 && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-elif [[ -d /tmp/site ]]; then
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
+source benchmarks/lib.sh
+use_carried_wheels
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
 GPU="${GPU:-h100}"
 TAG="${GPU}x1"

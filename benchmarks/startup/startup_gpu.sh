@@ -16,18 +16,13 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 START=$(date +%s)
 BUDGET="${BUDGET_S:-540}"
-HARD_END=$((START + 560))  # every child is gone by then: 9 min 20 s
+HARD_END=$((START + ${HARD_S:-560}))  # every child is gone by then (default 9 min 20 s)
 OUT="${OUT:-results/startup/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 RESULTS="${RESULTS:-results/startup}"; mkdir -p "$RESULTS"
 CORE="${CORE_SWEEP:-benchmarks/startup/startup-core.yaml}"  # other files: a CPU rehearsal
 SMALL="${SMALL_SWEEP:-sweeps/node4-small-shapes.yaml}"
-if ! python3 -c "import megatron.core, deepspeed, pydantic" >/dev/null 2>&1 && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-elif [[ -d /tmp/site ]]; then
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
+source benchmarks/lib.sh
+use_carried_wheels
 NGPUS=$(nvidia-smi -L | wc -l)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
 TAG="${GPU:-gpu}x$NGPUS"

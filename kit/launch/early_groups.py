@@ -6,17 +6,26 @@ That wait needs no engine, and holds no GIL while it waits, so a rank starts it 
 has its config and imports the engine meanwhile; the engine's ``setup`` then finds the group
 made (``torch.distributed.is_initialized()``) and creates only its own subgroups.
 
-Only on the CPU platform (gloo) so far: with NCCL the engine still creates the group in its
-``setup``, until a GPU run has shown the threaded creation (the thread's own current device,
-the communicators made later on the main thread's) to work there; no GPU time was left to run
-that check in the session that wrote this.
+With NCCL the thread creates the group without a device: no communicator is made there (the
+engine binds none, see ``MegatronEngine.setup``), each is made at its group's first collective
+on the rank's main thread, on the device that thread set. ``CHARLLM_EARLY_PROCESS_GROUP=0``
+leaves the creation to the engine's ``setup`` instead (a fallback should a backend mind it).
 """
 
+import os
 import threading
 
 import torch.distributed as dist
 
 from kit.spec.run import RunConfig
+
+
+EARLY_GROUP_ENV = "CHARLLM_EARLY_PROCESS_GROUP"
+
+
+def early_group_wanted() -> bool:
+    """Whether ranks create the default group on a thread (unless the environment says 0)."""
+    return os.environ.get(EARLY_GROUP_ENV, "1") != "0"
 
 
 class EarlyProcessGroup:

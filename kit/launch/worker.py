@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from kit import lifecycle
 from kit.engines import engine_spec
-from kit.launch.early_groups import EarlyProcessGroup
+from kit.launch.early_groups import EarlyProcessGroup, early_group_wanted
 from kit.launch.local import LAUNCHER_PID_ENV
 from kit.launch.profiling import RankProfiler
 from kit.launch.rankfile import (
@@ -215,9 +215,9 @@ def run_rank(staging: Path) -> int:
     result.timeline = marks.times
     try:
         cfg = read_config(staging)
-        # the rendezvous waits on the peers while this rank imports its engine (gloo only so
-        # far: kit.launch.early_groups)
-        group = EarlyProcessGroup(cfg, rank, world) if cfg.platform.is_cpu else None
+        # the rendezvous waits on the peers while this rank imports its engine
+        # (kit.launch.early_groups)
+        group = EarlyProcessGroup(cfg, rank, world) if early_group_wanted() else None
         engine = engine_spec(cfg.engine).build()
         engine.import_framework(cfg.platform.is_cpu)
         freeze_imported_objects()
