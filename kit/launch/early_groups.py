@@ -19,7 +19,6 @@ import torch.distributed as dist
 
 from kit.spec.run import RunConfig
 
-
 EARLY_GROUP_ENV = "CHARLLM_EARLY_PROCESS_GROUP"
 
 
