@@ -79,8 +79,11 @@ def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
     m = manifest(bundle)
     assert m["status"] == "interrupted" and m["error"].startswith("stopped by signal SIGTERM")
     assert {r["status"] for r in m["ranks"]} == {"interrupted"}
+    # the impatient Ctrl-C reaches the ranks too and may stop one inside a step its peer has
+    # finished (seen on a loaded host: 3 steps and 2): the steps both finished are the same
     losses = losses_by_rank(bundle)
-    assert len(losses[0]) >= 2 and len(losses[0]) == len(losses[1])
+    common = min(len(losses[0]), len(losses[1]))
+    assert common >= 2 and losses[0][:common] == losses[1][:common]
     assert pq.read_table(bundle / "telemetry.parquet").num_rows > 0  # the sampler's last chunk
 
 
