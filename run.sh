@@ -12,7 +12,9 @@
 #
 # Environment: CHARLLM_VENV (default .venv), CHARLLM_TORCH (the torch requirement used on a
 # host without one; default torch==2.13.0, a CPU build on this project's machines),
-# CHARLLM_NO_BROWSER=1 (`test`: do not apt-get install chromium for the report's browser test).
+# CHARLLM_NO_BROWSER=1 (`test`: do not apt-get install chromium for the report's browser test),
+# CHARLLM_TEST_WORKERS (`test`: pytest-xdist workers, default 2; 0 runs the tests in one process),
+# CHARLLM_TEST_CPU=FILE (`test`: record each test's wall and CPU time in FILE, a TSV).
 set -euo pipefail
 SETUP_START="${EPOCHREALTIME:-$(date +%s.%N)}"
 cd "$(dirname "$0")"
@@ -121,7 +123,11 @@ case "${1:-}" in
   test)
     shift
     browser_for_tests
-    exec "$VENV/bin/python" -m pytest -q --durations=15 "$@"  # the slowest tests, named
+    # pytest-xdist: two workers (CHARLLM_TEST_WORKERS; 0 runs the suite in this one process), so
+    # a test that waits (grace periods, Slurm, sleeps) overlaps one that computes; a module whose
+    # tests share a fixture stays on one worker (tests/conftest.py). --durations: the slowest.
+    exec "$VENV/bin/python" -m pytest -q --durations=15 -n "${CHARLLM_TEST_WORKERS:-2}" \
+      --dist loadgroup "$@"
     ;;
   -h|--help|--version)
     exec "${KIT[@]}" "$@"
