@@ -124,10 +124,13 @@ case "${1:-}" in
     shift
     browser_for_tests
     # pytest-xdist: two workers (CHARLLM_TEST_WORKERS; 0 runs the suite in this one process), so
-    # a test that waits (grace periods, Slurm, sleeps) overlaps one that computes; a module whose
-    # tests share a fixture stays on one worker (tests/conftest.py). --durations: the slowest.
+    # a test that waits (grace periods, Slurm, sleeps) overlaps one that computes. --dist
+    # loadfile: each file on one worker, so its module fixtures (images, runs, a Slurm cluster)
+    # are made once; the session runs files share are made once for all workers
+    # (tests/conftest.py). (--dist loadgroup cannot group with pytest 9: xdist 3.8 marks a group
+    # in Node._nodeid, which pytest 9 no longer reads.) --durations: the slowest tests, named.
     exec "$VENV/bin/python" -m pytest -q --durations=15 -n "${CHARLLM_TEST_WORKERS:-2}" \
-      --dist loadgroup "$@"
+      --dist loadfile "$@"
     ;;
   -h|--help|--version)
     exec "${KIT[@]}" "$@"

@@ -75,24 +75,6 @@ def pytest_runtest_teardown(item: pytest.Item):
         return (yield)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup``, keep each module whose tests share a fixture
-    built once per module (module or class scope, or a session fixture the module defines, such
-    as its own Slurm cluster) on one worker, so it is built once; other tests spread one by one.
-    Runs before xdist reads the groups."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        for defs in info.name2fixturedefs.values():
-            fixture = defs[-1]
-            if fixture.scope in ("module", "class", "package") or (
-                    fixture.scope == "session" and fixture.baseid.endswith(".py")):
-                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-                break
-
-
 def shared(tmp_path_factory: pytest.TempPathFactory, name: str,
            build: Callable[[Path], Any]) -> Any:
     """What ``build(folder)`` returns (JSON), built once per test session into a new folder.
