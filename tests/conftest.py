@@ -24,11 +24,30 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """This pytest-xdist worker's name (gw0, gw1, ...), or None in a suite run in one process."""
 
 
+CPU_RECORD = "CHARLLM_TEST_CPU"
+"""Where to record each test phase's wall and CPU seconds (a TSV), when set."""
+_record: str | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Start the per-test CPU record (``CHARLLM_TEST_CPU``) with its header, once per session."""
-    record = os.environ.get("CHARLLM_TEST_CPU")
-    if record and WORKER is None:
-        Path(record).write_text("worker\tnodeid\tphase\twall_s\tcpu_self_s\tcpu_children_s\n")
+    """Take the per-test CPU record's path out of the environment, so that a pytest a test
+    starts does not write into it, and start the record with its header; an xdist worker gets
+    the path from its controller (``pytest_configure_node``)."""
+    global _record
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        _record = workerinput.get(CPU_RECORD)
+        return
+    path = os.environ.pop(CPU_RECORD, None)
+    _record = str(Path(path).resolve()) if path else None
+    if _record:
+        Path(_record).write_text("worker\tnodeid\tphase\twall_s\tcpu_self_s\tcpu_children_s\n")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist's controller: hand each worker the CPU record's path."""
+    node.workerinput[CPU_RECORD] = _record
 
 
 def _cpu_s(who: int) -> float:
@@ -41,8 +60,7 @@ def _measured(item: pytest.Item, phase: str) -> Iterator[None]:
     """Append one row for this phase of ``item`` to ``CHARLLM_TEST_CPU`` (when set): its wall
     time and the CPU this process and its reaped children used meanwhile, to tell a test that
     waits (sleeps, grace periods, polling) from one that computes."""
-    record = os.environ.get("CHARLLM_TEST_CPU")
-    if not record:
+    if not _record:
         yield
         return
     start = (time.monotonic(), _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN))
@@ -52,7 +70,7 @@ def _measured(item: pytest.Item, phase: str) -> Iterator[None]:
         wall = time.monotonic() - start[0]
         own = _cpu_s(resource.RUSAGE_SELF) - start[1]
         children = _cpu_s(resource.RUSAGE_CHILDREN) - start[2]
-        with open(record, "a") as f:  # one short append per row: workers share the file
+        with open(_record, "a") as f:  # one short append per row: workers share the file
             f.write(f"{WORKER or '-'}\t{item.nodeid}\t{phase}\t{wall:.2f}\t{own:.2f}"
                     f"\t{children:.2f}\n")
 
