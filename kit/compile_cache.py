@@ -11,6 +11,14 @@ Python version, the kit's version and git commit, and a digest of the kit's engi
 (an uncommitted edit of a kernel counts). A change of any of them starts a fresh directory;
 old ones stay until ``charllm-kit cache clear``.
 
+Python bytecode too, where nothing else keeps it: an environment with
+``PYTHONDONTWRITEBYTECODE`` set over a torch installed without ``.pyc`` files (pip's
+``--no-compile``, slim images) recompiles torch, sympy and megatron-core from source in every
+rank of every run: 14.4 s of a 30.5 s rank start on one H200 (py-spy,
+``benchmarks/startup/results/first-step-pyspy-h200x1.txt``). There the ranks get
+``PYTHONPYCACHEPREFIX`` pointing at the keyed directory's ``bytecode/`` folder (files beside the
+sources stay unwritten, as the variable asked) and write it once.
+
 Where: ``$CHARLLM_COMPILE_CACHE`` (``run --compile-cache DIR`` sets it), else
 ``$XDG_CACHE_HOME/charllm-kit/compile`` (``~/.cache/charllm-kit/compile``); ``off`` leaves
 torch's own defaults (a per-user folder under /tmp) alone. DeepSpeed's just-in-time C++ ops have
@@ -18,6 +26,7 @@ their own cache (``TORCH_EXTENSIONS_DIR``, kit.engines.deepspeed.environment).
 """
 
 import hashlib
+import importlib.util
 import os
 import platform
 import shutil
@@ -37,6 +46,8 @@ TORCH_CACHE_VARS = {
     "TRITON_CACHE_DIR": "triton",
 }
 """Torch's cache-folder variables and the subfolder of the keyed directory each gets."""
+BYTECODE = "bytecode"
+"""The keyed directory's subfolder for the ranks' Python bytecode (bytecode_environment)."""
 TORCH_CACHE_SWITCHES = {
     "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
     "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
@@ -106,10 +117,29 @@ def cache_dir() -> Path | None:
 
 
 def entries(directory: Path) -> int:
-    """How many files the cache directory holds (0 when it does not exist)."""
+    """How many compiled artifacts the cache directory holds (0 when it does not exist);
+    Python bytecode is not counted: it says nothing about the kernels' compiles."""
     if not directory.is_dir():
         return 0
-    return sum(1 for p in directory.rglob("*") if p.is_file())
+    return sum(1 for p in directory.rglob("*")
+               if p.is_file() and p.relative_to(directory).parts[0] != BYTECODE)
+
+
+def bytecode_environment(directory: Path, probe: str = "torch") -> dict[str, str]:
+    """``PYTHONPYCACHEPREFIX`` into ``directory/bytecode`` where no bytecode would be kept.
+
+    That is: ``PYTHONDONTWRITEBYTECODE`` is set, no prefix is, and ``probe`` (the package
+    every rank imports first, found without importing it) has no ``.pyc`` beside its source.
+    Empty otherwise: an installation with bytecode, or one that writes it, is left as it is.
+    """
+    if os.environ.get("PYTHONPYCACHEPREFIX") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return {}
+    spec = importlib.util.find_spec(probe)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return {}
+    if Path(importlib.util.cache_from_source(spec.origin)).exists():
+        return {}
+    return {"PYTHONPYCACHEPREFIX": str(directory / BYTECODE)}
 
 
 def environment(directory: Path) -> dict[str, str]:
@@ -124,7 +154,8 @@ def prepare() -> dict[str, object] | None:
 
     Called by the launcher before it starts ranks (they inherit the environment). Returns what
     the manifest records: ``dir``, ``key`` (its parts), ``warm`` (whether it held artifacts
-    before this run) and ``entries_before``; None when the cache is off.
+    before this run), ``entries_before`` and ``bytecode`` (the ranks' bytecode folder, or None
+    where the installation keeps its own: bytecode_environment); None when the cache is off.
     """
     root = cache_root()
     if root is None:
@@ -134,7 +165,12 @@ def prepare() -> dict[str, object] | None:
     before = entries(directory)
     directory.mkdir(parents=True, exist_ok=True)
     os.environ.update(environment(directory))
-    return {"dir": str(directory), "key": parts, "warm": before > 0, "entries_before": before}
+    bytecode = bytecode_environment(directory)
+    if bytecode:
+        os.environ.update(bytecode)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE")  # the prefix keeps the sources' folders clean
+    return {"dir": str(directory), "key": parts, "warm": before > 0, "entries_before": before,
+            "bytecode": bytecode.get("PYTHONPYCACHEPREFIX")}
 
 
 def describe_root() -> list[tuple[str, str]]:

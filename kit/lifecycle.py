@@ -20,7 +20,9 @@ RANK_PHASES: dict[str, str] = {
     "started": "process started",
     "imported": "imported torch and the kit",
     "engine_imported": "imported the training engine (megatron-core, DeepSpeed)",
-    "process_groups": "created process groups",
+    "process_groups": "created process groups (on cpu the default group's rendezvous runs "
+                      "beside the engine's import: this is what is left of it after, and the "
+                      "subgroups)",
     "model_built": "built the model, optimizer and data",
     "first_step": "ran the first step (compiles, captures, allocates)",
     "last_step": "ran the last step",
@@ -30,7 +32,7 @@ RANK_PHASES: dict[str, str] = {
 
 NEXT_RANK_PHASE: dict[str, str] = {
     "started": "importing torch and the kit",
-    "imported": "importing the training engine",
+    "imported": "importing the training engine (meeting its peers meanwhile)",
     "engine_imported": "creating process groups",
     "process_groups": "building the model",
     "model_built": "first step (compiling, allocating)",

@@ -114,6 +114,10 @@ def test_cuda_graph_only_where_the_step_is_capturable(tmp_path):
     sharded = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", tp=2, sp=True,
                                  dist_optimizer=True))
     assert sharded.world_size == 8 and speed.use_cuda_graph(sharded, speed.DEFAULT)
+    # overlapped gradient reduction is captured (its parameter all-gather is not overlapped)
+    overlapped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", dist_optimizer=True,
+                                    overlap=True))
+    assert speed.graph_blockers(overlapped) == []
     piped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, cp=2,
                                global_batch_size=64, recompute="full"))
     assert speed.graph_blockers(piped) == ["pipeline parallelism", "activation recomputation"]

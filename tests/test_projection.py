@@ -46,7 +46,9 @@ def test_the_h100_run_projected_to_its_own_layout_gives_back_its_step_mfu_and_po
     assert p.summary["energy_j_per_token"] == pytest.approx(
         s["power_w_mean"] * s["step_time_s"] / tokens, rel=1e-9)
     assert p.summary["energy_j_per_token"] == pytest.approx(s["energy_j_per_token"], rel=0.05)
-    assert p.projected is True and [i.role for i in p.inputs] == ["compute"]
+    # the platform's GEMM table (platforms/h100.gemm.json) is listed, unused: no profile
+    assert p.projected is True and [(i.bundle, i.role) for i in p.inputs[1:]] == [
+        ("h100.gemm.json", "unused")] and p.inputs[0].role == "compute"
 
 
 def test_gpt3_1_3b_tp2_sp_collectives_have_the_hand_computed_sizes_and_counts():
@@ -158,7 +160,7 @@ def test_compare_and_report_show_a_projection_beside_the_run_marked_projected(tm
     data = json.loads(kit_cli("compare", str(H100), str(proj), "--format", "json").stdout)
     measured, projected = data["groups"]
     assert (measured["projected"], projected["projected"]) == (False, True)
-    assert [i["bundle"] for i in projected["inputs"]] == [H100.name]
+    assert [i["bundle"] for i in projected["inputs"]] == [H100.name, "h100.gemm.json"]
     step = projected["metrics"]["step_time_s"]
     saved = json.loads(proj.read_text())["interval"]["step_time_s"]
     assert [step["min"], step["median"], step["max"]] == saved

@@ -3,6 +3,7 @@ run.sh's set-up as its own phase), and the imports a rank no longer pays for."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -170,3 +171,79 @@ def test_megatron_core_imports_without_the_compiler_and_still_compiles():
                        env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[-2:] == ["[]", "True True"]
+
+
+def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path, monkeypatch):
+    """PYTHONDONTWRITEBYTECODE over a package without .pyc files: the ranks get a prefix in the
+    keyed folder, Python writes there and not beside the sources; the compiled-artifact count
+    leaves it out. A package with bytecode, or an environment that writes it, is left alone."""
+    pkg = tmp_path / "pkgs" / "nopyc"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(pkg.parent))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    keyed = tmp_path / "cache" / "key"
+    env = compile_cache.bytecode_environment(keyed, probe="nopyc")
+    assert env == {"PYTHONPYCACHEPREFIX": str(keyed / compile_cache.BYTECODE)}
+    child = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-c", "import nopyc; print(nopyc.VALUE)"],
+                       env={**child, **env, "PYTHONPATH": str(pkg.parent)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+    assert list((keyed / compile_cache.BYTECODE).rglob("__init__*.pyc"))
+    assert not (pkg / "__pycache__").exists()
+    assert compile_cache.entries(keyed) == 0  # bytecode is not a compiled kernel
+    (keyed / "inductor").mkdir()
+    (keyed / "inductor" / "artifact").write_text("x")
+    assert compile_cache.entries(keyed) == 1
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert compile_cache.bytecode_environment(keyed, probe="nopyc") == {}
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    import py_compile
+
+    py_compile.compile(str(pkg / "__init__.py"), doraise=True)  # beside the source
+    assert compile_cache.bytecode_environment(keyed, probe="nopyc") == {}
+
+
+EARLY_GROUP = """
+import sys
+import torch
+import torch.distributed as dist
+from kit.launch.early_groups import EarlyProcessGroup
+from kit.spec.resolve import RunRequest, resolve
+rank, world = int(sys.argv[1]), int(sys.argv[2])
+cfg = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
+group = EarlyProcessGroup(cfg, rank, world)
+try:
+    group.wait()
+except Exception as e:
+    print("raised", type(e).__name__, e)
+    sys.exit(0)
+t = torch.tensor([rank + 1])
+dist.all_reduce(t)
+print("group", dist.get_world_size(), int(t))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_the_early_process_group_joins_the_peers_or_raises_in_the_rank(tmp_path):
+    """The default group a rank creates on a thread while it imports its engine: two real
+    processes over gloo meet and reduce; a rendezvous that cannot start raises in the rank's
+    main thread (the worker then reports the rank failed), not silently on the thread."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    procs = [subprocess.Popen([sys.executable, "-c", EARLY_GROUP, str(r), "2"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    outs = [p.communicate(timeout=580) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+        assert out.strip().splitlines()[-1] == "group 2 3"
+    env.pop("MASTER_ADDR")
+    r = subprocess.run([sys.executable, "-c", EARLY_GROUP, "0", "2"], env=env,
+                       capture_output=True, text=True, timeout=580)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1].startswith("raised ValueError"), r.stdout

@@ -7,11 +7,14 @@
 #     GEMMs at TP 1, 2, 4, 8 and micro-batch 1, 2; well under a minute).
 # (a) the inputs, measured here (unless SOURCE): gpt3-1.3b, micro-batch 2, global batch 16 on ONE
 #     GPU, profiled, twice (the default step, one CUDA graph, and the eager step the multi-GPU
-#     layouts run); gpt3-175b's architecture with one layer (gpt3-175b-1l) on one GPU, micro-batch
+#     layouts run), and eager with TP2+SP on two GPUs (the eager TP host work of TP2 x PP2);
+#     gpt3-175b's architecture with one layer (gpt3-175b-1l) on one GPU, micro-batch
 #     1, profiled; `fabric --nproc N` and, while the budget lasts, `--nproc 2`.
 #     SOURCE=inputs.tar.gz (this script's inputs.tar.gz from ANOTHER GPU kind): its bundles and
 #     GEMM table are the inputs instead, and this machine gives only its own GEMM table: the
-#     points are predicted across kinds (docs/projection.md) and measured here.
+#     points are predicted across kinds (docs/projection.md) and measured here. A source from a
+#     one-GPU host has no fabric: the target then measures its own links (said in the log).
+#     On ONE GPU: no fabric, no points: the GEMM table and the inputs (another kind's SOURCE).
 # (b) predict.py: the 8 points (points.POINTS: DP2, DP4, TP2+SP, TP4+SP, PP2, PP4, TP2xPP2+SP,
 #     gpt3-175b-4l TP2+SP x DP2), or with MEASURED=DIR one per bundle found there.
 # (c) the points measured here in points.ORDER while BUDGET_S lasts (MEASURED=DIR: none).
@@ -124,6 +127,14 @@ if [ -n "${SOURCE:-}" ]; then
   SRCKIND=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['platform'])" "$SRC_TABLE")
   INPUTS="$(bundles_in "$S"/bundles/2* | tr '\n' ' ') $SRC_TABLE"
   [ "$SRCKIND" != "$GPU" ] && INPUTS="$INPUTS $TABLE"  # this kind's own table: the target's
+  if ! ls -d "$S"/bundles/*-fabric-* >/dev/null 2>&1 && [ "$NGPU" -gt 1 ]; then
+    # A one-GPU source host measured no links: this machine's fabric stands in (the projection
+    # lists it among what it rests on; compute still comes from the source kind alone).
+    echo "the source carries no fabric bundle (a one-GPU host): this machine's links are measured"
+    have "$WORK/src/fabric" || python3 -m kit fabric --nproc "$NGPU" --out "$WORK/src/fabric" \
+      2>&1 | grep -v -i warn | tail -3
+    INPUTS="$INPUTS $(bundles_in "$WORK"/src/fabric/2* | head -1)"
+  fi
   TAG="${TAG}-from-${SRCKIND}"
   rm -rf "$WORK/pred"; mkdir -p "$WORK/pred"  # predictions from the source, not this kind's
 else
@@ -134,6 +145,11 @@ else
     EAGER_SPEED=$(python3 -c "from kit.engines.megatron.speed import DEFAULT; print(','.join(sorted(DEFAULT - {'cuda_graph'})))")
     have "$WORK/src/eager" || kit_run 1 "$WORK/src/eager" "$WL" --dp 1 --micro-batch 2 \
       --global-batch "$GBS" "${STEPS[@]}" "${PROFILE[@]}" --speed "$EAGER_SPEED" >/dev/null
+    # the eager TP2+SP step on two GPUs: the host work of eager TP inside a pipeline
+    # (TP2 x PP2), which no one-GPU run measures; project chooses it for eager TP2 targets
+    have "$WORK/src/eager-tp2" || kit_run 2 "$WORK/src/eager-tp2" "$WL" --tp 2 --sp \
+      --micro-batch 2 --global-batch "$GBS" "${STEPS[@]}" "${PROFILE[@]}" \
+      --speed "$EAGER_SPEED" >/dev/null
     STUDY="$WORK/wl/gpt3-175b-1l.yaml"
     [ -f "$STUDY" ] || python3 - "$STUDY" <<'PY'
 import sys
@@ -148,7 +164,9 @@ PY
     have "$WORK/src/study" || kit_run 1 "$WORK/src/study" "$STUDY" --dp 1 --micro-batch 1 \
       --global-batch 8 --steps 8 --warmup 3 --profile-steps 5:7 >/dev/null
   fi
-  if ! have "$WORK/src/fabric"; then
+  if [ "$NGPU" -lt 2 ]; then
+    echo "one GPU: no fabric here (a collective needs 2 ranks); a target with links measures its own"
+  elif ! have "$WORK/src/fabric"; then
     echo "\$ charllm-kit fabric --nproc $NGPU"
     python3 -m kit fabric --nproc "$NGPU" --out "$WORK/src/fabric" 2>&1 | grep -v -i warn | tail -40
   fi
@@ -199,7 +217,7 @@ echo "## (d) predicted vs measured"
 python3 $HERE/validate.py "$WORK/pred" "$MEAS_DIR" --out "$OUT" --tag "$TAG"
 STATUS=$?
 
-if [ "$GPU" != cpu ] && [ -z "${SOURCE:-}" ] && have "$WORK/src/study"; then
+if [ "$GPU" != cpu ] && [ -z "${SOURCE:-}" ] && have "$WORK/src/study" && have "$WORK/src/fabric"; then
   echo "## (e) gpt3-175b (full depth) on the study's $GPU cluster"
   mkdir -p "$OUT/scale"
   if [ "$GPU" = h100 ]; then SHAPE=(--nodes 8 --tp 8 --pp 8); else SHAPE=(--nodes 4 --tp 8 --pp 4); fi

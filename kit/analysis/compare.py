@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from kit.analysis.comparability import Check, comparability_checks
+from kit.analysis.figure_render import map_forked
 from kit.analysis.host import CPU_UTIL, HOST_MEM, host_figures
 from kit.analysis.inputs import expand_inputs
 from kit.analysis.labels import configuration_parts, layout_label, split_shared
@@ -232,14 +233,23 @@ def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], 
     """Verify and read each bundle once, refusing one path given twice; a verified copy of a
     verified bundle already read (the same bundle id in another folder) is counted once, and
     said so in a ``duplicate`` check, since it is the same run and not a repeat."""
+    def read(index: int) -> Bundle | KitInputError:
+        p = paths[index]
+        try:
+            return (projected_bundle(p) if is_projection_file(p)
+                    else read_verified_bundle(p, allow_unverified))
+        except KitInputError as e:  # raised below, in the order the paths are given
+            return e
+
+    read_ahead = map_forked(read, len(paths))  # checksums and decoding: a core per bundle
     bundles, seen = [], set()
     ids: dict[tuple[str, str | None], Path] = {}
     copies: dict[str, list[Path]] = {}
-    for p in paths:
+    for p, bundle in zip(paths, read_ahead, strict=True):
         if Path(p).resolve() in seen:
             raise KitInputError(f"bundle {p} is given twice; give each bundle once")
-        bundle = (projected_bundle(p) if is_projection_file(p)
-                  else read_verified_bundle(p, allow_unverified))
+        if isinstance(bundle, KitInputError):
+            raise bundle
         where = bundle.path.resolve()
         if where in seen:
             raise KitInputError(f"bundle {p} is given twice; give each bundle once")

@@ -3,7 +3,8 @@
 A report of 100 bundles has some 400 figures, and saving them is most of its time. Each figure
 is a job (a function that builds a ``Figure``, or None when there is nothing to draw); the jobs
 run in a pool of forked processes, one per core the process may use, each returning the PNG
-bytes. The per-run views the figures draw from are made the same way (:func:`map_forked`).
+bytes. The per-run views the figures draw from, and the verified bundles the comparison reads, are
+made the same way (:func:`map_forked`).
 Forked workers inherit the jobs and everything they read (bundles, views, scales), so nothing but
 the PNGs crosses between processes. Where ``fork`` is not available, or there are
 too few jobs to be worth a pool, they run in this process.
@@ -21,15 +22,14 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from matplotlib.figure import Figure
-
-from kit.analysis.plots_common import png_bytes
+if TYPE_CHECKING:  # matplotlib is imported where figures are drawn: compare forks without it
+    from matplotlib.figure import Figure
 
 T = TypeVar("T")
 
-Job = Callable[[], Figure | None]
+Job = Callable[[], "Figure | None"]
 _POOL_MIN_JOBS = 4
 """Fewer jobs than this run in this process: starting workers would cost more."""
 
@@ -97,8 +97,12 @@ def map_forked(task: Callable[[int], T], count: int, workers: int | None = None)
 
 def render_all(jobs: list[Job], workers: int | None = None) -> list[bytes | None]:
     """PNG bytes of every job's figure (None where a job draws nothing), in job order."""
+    from kit.analysis.figure_reuse import reusing
+    from kit.analysis.plots_common import png_bytes
+
     def render(index: int) -> bytes | None:
-        fig = jobs[index]()
-        return png_bytes(fig) if fig is not None else None
+        with reusing():  # one job at a time: its figure is rendered before the next is drawn
+            fig = jobs[index]()
+            return png_bytes(fig) if fig is not None else None
 
     return map_forked(render, len(jobs), workers)

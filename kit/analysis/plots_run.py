@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from kit.analysis.figure_reuse import figure_and_axes
 from kit.analysis.labels import chassis_assumed, rank_device
 from kit.analysis.plots_common import (
     STATUS_COLOR,
@@ -86,8 +87,9 @@ def power_timeline(view: RunView, scales: Scales) -> Figure | None:
     if view.axis is None or not (view.power or view.temp):
         return None
     panels = [p for p in ("power", "temp") if (view.power if p == "power" else view.temp)]
-    fig = Figure(figsize=(11, 1.4 + 2.4 * len(panels)))
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    fig, grid = figure_and_axes((11, 1.4 + 2.4 * len(panels)), len(panels), 1, sharex=True,
+                                squeeze=False)
+    axes = grid[:, 0]
     for ax, panel in zip(axes, panels, strict=True):
         mark_steps(ax, view.axis)
         found = view.power if panel == "power" else view.temp
@@ -219,8 +221,7 @@ def clock_and_throttle(view: RunView, scales: Scales) -> Figure | None:
     """SM clock of every device over time, and when each throttle reason was active."""
     if view.axis is None or not (view.clock or view.throttle):
         return None
-    fig = Figure(figsize=(11, 5.6))
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    fig, (top, bottom) = figure_and_axes((11, 5.6), 2, 1, sharex=True, height_ratios=(3, 2))
     mark_steps(top, view.axis)
     handles, names = _lines(top, view, view.clock)
     extra = step_handles(view.axis)

@@ -55,8 +55,20 @@ class Engine(ABC):
     """The device this rank computes on (set by ``setup``)."""
 
     @abstractmethod
+    def import_framework(self, cpu: bool) -> None:
+        """Import the training framework (what a rank imports before ``engine_imported``).
+
+        The worker calls it before :meth:`setup`, which calls it again (then a no-op) for
+        callers that start with ``setup``.
+        """
+
+    @abstractmethod
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
-        """Initialize process groups, model, optimizer and data for this rank."""
+        """Initialize process groups, model, optimizer and data for this rank.
+
+        The default process group may exist already (the worker creates it while the engine
+        imports, :mod:`kit.launch.early_groups`); then the engine keeps it.
+        """
 
     @abstractmethod
     def train_step(self, step: int) -> StepResult:

@@ -61,11 +61,16 @@ def _shard(cfg: RunConfig, category: str) -> int:
     return p.tp * p.cp if category in _TP_SPLIT or p.sp else p.cp
 
 
-def work(cfg: RunConfig, stage: int, category: str) -> float:
-    """Work units of ``category`` one rank of ``stage`` does per micro-batch (module docstring)."""
-    layer, logits = layer_and_logits_flops(cfg)
-    last = stage == cfg.parallel.pp - 1
-    per_sample = layers_per_stage(cfg) * layer * _recompute(cfg, category) + (logits if last else 0)
+def work(cfg: RunConfig, stage: int, category: str, layers: int | None = None,
+         logits: bool | None = None) -> float:
+    """Work units of ``category`` one rank of ``stage`` does per micro-batch (module docstring).
+
+    ``layers`` and ``logits`` override the stage's own (its layers; logits on the last stage).
+    """
+    layer, logits_flops = layer_and_logits_flops(cfg)
+    last = stage == cfg.parallel.pp - 1 if logits is None else logits
+    n = layers_per_stage(cfg) if layers is None else layers
+    per_sample = n * layer * _recompute(cfg, category) + (logits_flops if last else 0)
     return cfg.micro_batch_size * per_sample / _shard(cfg, category)
 
 
@@ -130,6 +135,8 @@ class StageCompute:
     """Per step."""
     backward_share: float
     """Share of ``device_s`` in backward (2/3, 3/4 with full recompute)."""
+    layer_device_s: float
+    """Device seconds of one of the stage's transformer layers (logits left out)."""
 
 
 def stage_compute(rates: SourceRates, cfg: RunConfig, stage: int,
@@ -147,7 +154,10 @@ def stage_compute(rates: SourceRates, cfg: RunConfig, stage: int,
     optimizer = (rates.optimizer_s_per_param * optimizer_parameters(cfg, stage) * optimizer_factor
                  if rates.optimizer_s_per_param is not None else 0.0)
     backward = 3 / 4 if cfg.optim.recompute == "full" else 2 / 3
+    one_layer = sum(r * work(cfg, stage, k, layers=1, logits=False) * f.get(k, 1.0)
+                    for k, r in rates.seconds_per_work.items())
     return StageCompute(sum(by_cat.values()), by_cat,
                         rates.device_s_per_layer_micro_batch * layers,
                         rates.idle_s_per_layer_micro_batch * layers,
-                        rates.whole_s_per_layer_micro_batch * layers, optimizer, backward)
+                        rates.whole_s_per_layer_micro_batch * layers, optimizer, backward,
+                        one_layer)

@@ -56,6 +56,9 @@ class StageRecord(BaseModel):
     idle_s: Triple = Field(description="Idle per micro-batch.")
     blocking_comm_s: Triple = Field(description="Blocking communication per micro-batch.")
     micro_batch_s: Triple = Field(description="The three together (with the host floor).")
+    p2p_sync_s: Triple | None = Field(
+        default=None, description="Per micro-batch: the device drain after an eager "
+        "pipeline's p2p calls (kit.project.host); null in files written before it.")
     optimizer_s: float = Field(description="Optimizer step, per step.")
     tail_s: Triple = Field(description="Exposed per-step collectives plus the optimizer.")
 

@@ -7,7 +7,9 @@
    profile breakdown, the same micro-batch, the same recompute, the nearest TP degree.
 3. Per target stage: compute (kit.project.compute), collectives (kit.project.volumes) and
    their times (kit.project.network), assembled into a step (kit.project.step), widened by
-   the chosen run's own step-to-step spread; power and energy (kit.project.power).
+   the chosen run's own step-to-step spread; for an eager target from an eager run, its
+   ranks waiting on each other's hosts (kit.project.host); power and energy
+   (kit.project.power).
 4. Write the summary keys a bundle has, each projected one with its interval, the parts, the
    assumptions and the inputs (kit.project.file).
 
@@ -28,6 +30,7 @@ from kit.plan.memory import GIB
 from kit.project.compute import SourceRates, optimizer_parameters, stage_compute
 from kit.project.file import CollectiveRecord, ProjectionFile, ProjectionInput, StageRecord
 from kit.project.gemm import is_gemm_table
+from kit.project.host import coupling
 from kit.project.kinds import KindScale, datasheet, kind_scale, read_tables
 from kit.project.network import Links, place
 from kit.project.power import PowerProjection, project_power
@@ -128,11 +131,12 @@ def _model_step(cfg: RunConfig, rates: SourceRates, links: Links,
                 overlap: dict[str, float], graphed: bool, scale: KindScale) -> StepModel:
     stages, times = [], []
     optimizer = scale.memory_ratio if scale.cross_kind else 1.0
+    host_paced = not graphed and not rates.run.graphed
     for s in range(cfg.parallel.pp):
         compute = stage_compute(rates, cfg, s, scale.factors(cfg, s), optimizer)
         stage, collectives = stage_step(cfg, s, compute,
                                         stage_collectives(cfg, s), links, overlap,
-                                        eager=not graphed)
+                                        eager=not graphed, host_paced=host_paced)
         stages.append(stage)
         times += collectives
     return assemble(cfg, stages, times)
@@ -268,7 +272,13 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     except ValueError as e:
         raise KitInputError(str(e)) from None
     lo, median, hi = chosen.step_s
-    step_s = step.step_s.stretch(1 - lo / median, hi / median - 1)
+    coupled = (coupling(chosen.step_samples_s, _draws(cfg, chosen))
+               if not graphed and not chosen.graphed else Span.exact(1.0))
+    if coupled.high > 1.0:
+        # the slowest measured step bounds the high end: the third quartile is inside it
+        step_s = _times(step.step_s, coupled).stretch(1 - lo / median, 0.0)
+    else:
+        step_s = step.step_s.stretch(1 - lo / median, hi / median - 1)
     step = StepModel(step_s, step.pipeline_s, step.bubble_s, step.bubble_frac_analytical,
                      step.stages, step.collectives)
     power = _power(chosen, inputs, cfg, step, scale)
@@ -286,7 +296,8 @@ def project(paths: list[str | Path], target: ProjectionTarget,
         step={"pipeline_s": step.pipeline_s.as_list(), "bubble_s": step.bubble_s,
               "bubble_frac_analytical": step.bubble_frac_analytical,
               "micro_batches": cfg.grad_accum_steps, "graphed": graphed,
-              "measured_step_s": list(chosen.step_s), **_bound(cfg, step)},
+              "measured_step_s": list(chosen.step_s),
+              "host_coupling": coupled.as_list(), **_bound(cfg, step)},
         stages=[_stage_record(s) for s in step.stages],
         collectives=[_collective_record(cfg, c) for c in step.collectives],
         power=None if power is None else {"compute_w": power.phases.compute_w,
@@ -294,13 +305,64 @@ def project(paths: list[str | Path], target: ProjectionTarget,
                                           "idle_w": power.phases.idle_w},
         memory={"total_gib": mem_gib, "allocated_gib": plan.memory.peak.allocated_bytes / GIB,
                 "fits": plan.memory.fits, "refusal": plan.refusal},
-        assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed, scale),
+        assumptions=_assumptions(cfg, chosen, optimizer_from, links, power, graphed, scale)
+        + _host_assumptions(cfg, chosen, graphed, coupled),
         notes=[f"layout {layout_label(cfg.model_dump(mode='json'))}"]
         + ([f"predicted not to fit: {plan.refusal}"] if plan.refusal else []),
         source_kind=scale.source_kind, provenance=_provenance(scale, links, power, chosen))
 
 
 _COMPUTE_BOUND = ("MatMul", "attention", UNPROFILED)
+
+
+def _times(a: Span, b: Span) -> Span:
+    """End-wise product of two non-negative spans."""
+    return Span(a.low * b.low, a.point * b.point, a.high * b.high)
+
+
+def _draws(cfg: RunConfig, chosen: MeasuredRun) -> int:
+    """How many of the measured run's steps a target step waits on.
+
+    A measured step already is the slowest of its own ranks: the target's ranks count in groups
+    of that many.
+    """
+    return max(1, cfg.world_size // chosen.cfg.world_size)
+
+
+def _host_assumptions(cfg: RunConfig, chosen: MeasuredRun, graphed: bool,
+                      coupled: Span) -> list[str]:
+    """What an eager target's host adds (kit.project.host), and what no input measures."""
+    if graphed:
+        return []
+    p, out = cfg.parallel, []
+    if p.pp > 1:
+        out.append("eager pipeline: megatron-core synchronizes the device after every p2p call "
+                   "(batch_p2p_sync): each call waits for up to one layer's device time of the "
+                   "chunk before it (point: half of it)")
+        if chosen.cfg.parallel.pp == 1 and not chosen.graphed:
+            out.append("the host work of the embedding (first stage) and of the output layer "
+                       "and loss (last stage) is measured spread over the layers of a run "
+                       "without stages: the end stages' own share of it is not known (only "
+                       "the logits' kernels are added to the last stage)")
+    if coupled.high > 1.0:
+        n = len(chosen.step_samples_s)
+        k = _draws(cfg, chosen)
+        out.append(f"{cfg.world_size} host-paced ranks wait on each other: the step lasts as "
+                   f"long as the slowest of {k} draws (groups of the measured run's "
+                   f"{chosen.cfg.world_size} rank(s)) from the {n} measured steps "
+                   f"of {chosen.bundle.path.name} (x{coupled.point:.3g} its median; low: every "
+                   f"host at the median; high: its slowest step, x{coupled.high:.3g})")
+    elif chosen.graphed and cfg.world_size > 1:
+        out.append("the measured step was one CUDA graph: no measured host pace to draw the "
+                   "target's waits between ranks from (not in the interval)")
+    src = chosen.cfg.parallel
+    if (p.tp > 1 or p.cp > 1) and (src.tp, src.cp) != (p.tp, p.cp):
+        out.append(f"eager TP{p.tp}/CP{p.cp} host work (the host issues every TP/SP/CP "
+                   f"collective of every layer, and the ranks of a group wait on each other's "
+                   f"hosts at each of them): not measured by any input ({chosen.bundle.path.name}"
+                   f" ran TP{src.tp}/CP{src.cp}), not in the interval; an eager run of this TP "
+                   "degree given as an input is chosen as the source")
+    return out
 
 
 def _bound(cfg: RunConfig, step: StepModel) -> dict[str, Any]:
@@ -392,7 +454,8 @@ def _stage_record(s: Any) -> StageRecord:
                        compute_by_category_s=s.compute.by_category, idle_s=s.idle_s.as_list(),
                        blocking_comm_s=s.blocking_comm_s.as_list(),
                        micro_batch_s=s.micro_batch_s.as_list(),
-                       optimizer_s=s.compute.optimizer_s, tail_s=s.tail_s.as_list())
+                       p2p_sync_s=s.sync_s.as_list(), optimizer_s=s.compute.optimizer_s,
+                       tail_s=s.tail_s.as_list())
 
 
 def _collective_record(cfg: RunConfig, c: Any) -> CollectiveRecord:

@@ -42,6 +42,15 @@ def _cell(p: ProjectionFile, key: str, unit: str) -> str:
             f"{format_value(high, unit)}]")
 
 
+def _host_text(step: dict) -> str:
+    """The host-paced ranks' mutual waiting (kit.project.host), where the step has it."""
+    low, point, high = step.get("host_coupling") or (1.0, 1.0, 1.0)
+    if high <= 1.0:
+        return ""
+    return (f"; host-paced ranks waiting on each other x{point:.3g} "
+            f"[{low:.3g}..{high:.3g}]")
+
+
 def projection_text(p: ProjectionFile) -> str:
     """The projection for people: figures with intervals, stages, collectives, assumptions."""
     rows = [(label, _cell(p, key, unit)) for key, label, unit in _SHOWN]
@@ -60,7 +69,8 @@ def projection_text(p: ProjectionFile) -> str:
         parts.append("rests on:\n" + "\n".join(f"  {k}: {v}" for k, v in p.provenance.items()))
     parts.append(f"{step['micro_batches']} micro-batches per step"
                  + (f"; pipeline bubble {step['bubble_s']:.4g} s (analytical fraction "
-                    f"{bubble * 100:.1f}%)" if bubble is not None else ""))
+                    f"{bubble * 100:.1f}%)" if bubble is not None else "")
+                 + _host_text(step))
     parts.append(tabulate(
         [(s.stage, f"{s.compute_s:.4g}", f"{s.idle_s[1]:.4g}", f"{s.blocking_comm_s[1]:.4g}",
           f"{s.micro_batch_s[1]:.4g}", f"{s.optimizer_s:.4g}", f"{s.tail_s[1]:.4g}")

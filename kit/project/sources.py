@@ -77,6 +77,9 @@ class MeasuredRun:
     step_s: tuple[float, float, float]
     """Measured step wall times, the profiled steps left out: first quartile, median, third
     quartile (the run's own step-to-step spread, robust to one slow step)."""
+    step_samples_s: tuple[float, ...]
+    """The same steps' wall times, sorted: the spread a target whose ranks wait on each other
+    draws from (kit.project.host)."""
     parts: StepParts
     optimizer_s: float | None
     """Mean seconds per step in the optimizer (phase timers), None without them."""
@@ -249,8 +252,8 @@ def measured_run(bundle: Bundle) -> MeasuredRun:
     else:
         parts = StepParts({UNPROFILED: median}, {}, {}, 0.0, "none")
     power = MeasuredPower(*device_power(bundle), _warm_idle_w(bundle))
-    return MeasuredRun(bundle, cfg, (min(q1, median), median, max(q3, median)), parts, optimizer,
-                       _graphed(bundle, cfg), power)
+    return MeasuredRun(bundle, cfg, (min(q1, median), median, max(q3, median)), tuple(times),
+                       parts, optimizer, _graphed(bundle, cfg), power)
 
 
 def _comm_power_w(bundles: list[Bundle]) -> float | None:

@@ -9,7 +9,10 @@ the compute stream's path). The ends of each span (kit.project.span):
 * communication: ``high`` at the slowest rank's measured time (kit.project.network);
 * ``high`` is at least the host floor when the target's step is eager (not one CUDA graph): a
   step paced by its host, at the measured micro-batch per layer, does not speed up when its
-  kernels shrink (TP, CP) or get fewer samples.
+  kernels shrink (TP, CP) or get fewer samples. Where the measured run was eager too (its
+  host's pace is what it measured), the point is at least that floor as well;
+* an eager pipeline stage also waits, after each p2p call, for the device to drain
+  (kit.project.host.p2p_sync_s): ``sync_s`` per micro-batch.
 
 The 1F1B pipeline (Narayanan et al., SC'21) with ``m`` micro-batches, ``p`` stages and ``v``
 virtual stages takes ``m max_s t_s + (sum_s t_s - max_s t_s) / v``: for equal stages
@@ -26,6 +29,7 @@ the same way), ``high`` exposes all of it.
 from dataclasses import dataclass, field
 
 from kit.project.compute import StageCompute
+from kit.project.host import p2p_sync_s
 from kit.project.network import Links
 from kit.project.span import ZERO, Span, span_max, span_sum
 from kit.project.volumes import Collective
@@ -54,6 +58,8 @@ class StageStep:
     """Per micro-batch."""
     idle_s: Span
     """Per micro-batch."""
+    sync_s: Span
+    """Per micro-batch: the device drain after the p2p calls of an eager pipeline."""
     tail_s: Span
     """After the pipeline: exposed gradient/parameter collectives and the optimizer."""
     tail_comm_s: Span
@@ -89,12 +95,13 @@ def _exposed_tail(c: Collective, t: Span, compute: StageCompute, cfg: RunConfig,
 
 def stage_step(cfg: RunConfig, stage: int, compute: StageCompute,
                collectives: list[Collective], links: Links, measured_overlap: dict[str, float],
-               eager: bool) -> tuple[StageStep, list[CollectiveTime]]:
+               eager: bool, host_paced: bool = False) -> tuple[StageStep, list[CollectiveTime]]:
     """One stage's micro-batch and tail (module docstring), and its collectives' times.
 
     ``measured_overlap`` is the overlapped share per operation (``all_reduce``, ...) the
     measured run showed, where its layout overlapped its gradient reduction as the target's.
-    ``eager``: the target's step is not one CUDA graph, so its host may pace it.
+    ``eager``: the target's step is not one CUDA graph, so its host may pace it;
+    ``host_paced``: the measured run was eager too, so its host floor is the point's floor.
     """
     blocking, tail_comm, times = [], [], []
     for c in collectives:
@@ -111,11 +118,17 @@ def stage_step(cfg: RunConfig, stage: int, compute: StageCompute,
     shrink = compute.device_s / measured if measured > 0 else 1.0
     idle = Span(compute.idle_s * min(1.0, shrink), compute.idle_s, compute.idle_s)
     t = Span.exact(compute.device_s) + idle + comm
+    sync = ZERO
     if eager:
-        t = Span(t.low, t.point, max(t.high, compute.host_floor_s))
+        floor = compute.host_floor_s
+        point = max(t.point, floor) if host_paced else t.point
+        t = Span(t.low, point, max(t.high, floor, point))
+        sync = p2p_sync_s(compute.layer_device_s, compute.backward_share, stage,
+                          cfg.parallel.pp, cfg.parallel.vpp or 1)
+        t = t + sync
     tail_c = span_sum(tail_comm)
-    return StageStep(stage, compute, t, comm, idle, tail_c + Span.exact(compute.optimizer_s),
-                     tail_c), times
+    return StageStep(stage, compute, t, comm, idle, sync,
+                     tail_c + Span.exact(compute.optimizer_s), tail_c), times
 
 
 def pipeline(stages: list[StageStep], micro_batches: int, virtual: int) -> Span:

@@ -47,13 +47,19 @@ class DeepSpeedEngine(Engine):
         self._features: frozenset[str] = frozenset()
         self._loss_fn = speed.plain_loss
 
-    def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
-        """Initialize DeepSpeed's communication, build the model and wrap it."""
-        cpu = cfg.platform.is_cpu
+    def import_framework(self, cpu: bool) -> None:
+        """DeepSpeed, its environment prepared first."""
         prepare_deepspeed_environment(cpu)
+        import deepspeed  # noqa: F401
+
+    def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
+        """Initialize DeepSpeed's communication (an existing default group kept), build and wrap
+        the model.
+        """
+        cpu = cfg.platform.is_cpu
+        self.import_framework(cpu)
         import deepspeed
 
-        lifecycle.mark("engine_imported")
         self.cfg = cfg
         if cpu:
             self.device = torch.device("cpu")

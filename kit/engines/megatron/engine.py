@@ -71,16 +71,19 @@ class MegatronEngine(Engine):
         self._cpu_mode: Any = None
         self._speed_notes: list[str] = []
         self._features: frozenset[str] = frozenset()
+        self._graphed = False
         self._phases: PhaseTimers | None = None
         self._graph: Any = None
         self._forward_step: Any = _forward_step
         self._expert_load: ExpertLoad | None = None
 
+    def import_framework(self, cpu: bool) -> None:
+        """megatron-core (imported by the spec's ``build``, its fusions' compile deferred)."""
+        from megatron.core import parallel_state  # noqa: F401
+
     def setup(self, cfg: RunConfig, rank: int, local_rank: int, world_size: int) -> RankPlacement:
         """Create process groups and build model, optimizer and data for this rank."""
         from megatron.core import parallel_state as ps
-
-        lifecycle.mark("engine_imported")
 
         self.cfg = cfg
         cpu = cfg.platform.is_cpu
@@ -98,8 +101,9 @@ class MegatronEngine(Engine):
         # on 4 H100s, benchmarks/parallel/results/); unbound, each group connects at its first
         # collective, and groups the layout never uses never do. The first (eager) step runs
         # every collective of the step before a CUDA graph captures it.
-        dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
-                                world_size=world_size)
+        if not dist.is_initialized():
+            dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
+                                    world_size=world_size)
         p = cfg.parallel
         adapter.initialize_model_parallel(p.tp, p.pp, p.cp, p.ep, p.vpp)
         lifecycle.mark("process_groups")
@@ -107,7 +111,7 @@ class MegatronEngine(Engine):
         from megatron.core import tensor_parallel
 
         self._features = speed.enabled(cfg)
-        graph = speed.use_cuda_graph(cfg, self._features)
+        graph = self._graphed = speed.use_cuda_graph(cfg, self._features)
         # a CUDA graph replays generators only in their graph-safe form
         tensor_parallel.model_parallel_cuda_manual_seed(
             cfg.seed, **({} if cpu else {"use_cudagraphable_rng": graph, "force_reset_rng": True}))
@@ -193,10 +197,12 @@ class MegatronEngine(Engine):
         assert cfg is not None
         o = cfg.optim
         sharded_optimizer = o.dist_optimizer or o.fsdp
+        # a graphed step cannot wait for an eager all-gather (speed.graph_blockers' docstring)
+        gather_overlapped = o.overlap and sharded_optimizer and not self._graphed
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=o.overlap,
-            overlap_param_gather=o.overlap and sharded_optimizer,
+            overlap_param_gather=gather_overlapped,
             use_distributed_optimizer=sharded_optimizer,
             bucket_size=GRAD_BUCKET_ELEMENTS if o.overlap else None,
             **(adapter.megatron_fsdp_ddp_config_kwargs(cfg.platform.is_cpu) if o.fsdp else {}),
@@ -204,6 +210,10 @@ class MegatronEngine(Engine):
         wrapper = adapter.megatron_fsdp_wrapper() if o.fsdp else DistributedDataParallel
         features = self._features
         self._speed_notes = [f"speed features: {', '.join(sorted(features)) or 'none'}"]
+        if o.overlap and sharded_optimizer and not o.fsdp and self._graphed:
+            self._speed_notes.append(
+                "overlap: gradient reduce-scatters overlapped inside the CUDA graph; the "
+                "parameter all-gather runs after the optimizer step, not overlapped")
         wrapped = []
         for i, chunk in enumerate(chunks):
             if not cfg.platform.is_cpu:
