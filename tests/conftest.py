@@ -2,17 +2,120 @@
 
 import json
 import os
+import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""This pytest-xdist worker's name (gw0, gw1, ...), or None in a suite run in one process."""
+
+
+CPU_RECORD = "CHARLLM_TEST_CPU"
+"""Where to record each test phase's wall and CPU seconds (a TSV), when set."""
+_record: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take the per-test CPU record's path out of the environment, so that a pytest a test
+    starts does not write into it, and start the record with its header; an xdist worker gets
+    the path from its controller (``pytest_configure_node``)."""
+    global _record
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        _record = workerinput.get(CPU_RECORD)
+        return
+    path = os.environ.pop(CPU_RECORD, None)
+    _record = str(Path(path).resolve()) if path else None
+    if _record:
+        Path(_record).write_text("worker\tnodeid\tphase\twall_s\tcpu_self_s\tcpu_children_s\n")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist's controller: hand each worker the CPU record's path."""
+    node.workerinput[CPU_RECORD] = _record
+
+
+def _cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextmanager
+def _measured(item: pytest.Item, phase: str) -> Iterator[None]:
+    """Append one row for this phase of ``item`` to ``CHARLLM_TEST_CPU`` (when set): its wall
+    time and the CPU this process and its reaped children used meanwhile, to tell a test that
+    waits (sleeps, grace periods, polling) from one that computes."""
+    if not _record:
+        yield
+        return
+    start = (time.monotonic(), _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN))
+    try:
+        yield
+    finally:
+        wall = time.monotonic() - start[0]
+        own = _cpu_s(resource.RUSAGE_SELF) - start[1]
+        children = _cpu_s(resource.RUSAGE_CHILDREN) - start[2]
+        with open(_record, "a") as f:  # one short append per row: workers share the file
+            f.write(f"{WORKER or '-'}\t{item.nodeid}\t{phase}\t{wall:.2f}\t{own:.2f}"
+                    f"\t{children:.2f}\n")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _measured(item, "setup"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _measured(item, "call"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    with _measured(item, "teardown"):
+        return (yield)
+
+
+def shared(tmp_path_factory: pytest.TempPathFactory, name: str,
+           build: Callable[[Path], Any]) -> Any:
+    """What ``build(folder)`` returns (JSON), built once per test session into a new folder.
+
+    A suite spread over pytest-xdist workers builds it once for all of them: the first worker to
+    need it builds it in the session's common temporary folder, under a file lock, and the
+    others wait for it and read what it wrote. What it builds is shared: copy before changing.
+    """
+    if WORKER is None:
+        return build(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent / "shared"
+    root.mkdir(exist_ok=True)
+    answer = root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if answer.is_file():
+            return json.loads(answer.read_text())
+        folder = root / name
+        if folder.exists():  # a build that failed in another worker: start afresh
+            shutil.rmtree(folder)
+        folder.mkdir()
+        value = build(folder)
+        answer.write_text(json.dumps(value))
+        return value
 
 
 def kit_cli(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
@@ -75,19 +178,25 @@ def losses_by_rank(bundle: Path) -> dict[int, list[float]]:
 @pytest.fixture(scope="session")
 def gpt3_tiny_reference(tmp_path_factory) -> Path:
     """One-process gpt3-tiny run (5 steps): the reference equivalent layouts must match."""
-    out = tmp_path_factory.mktemp("gpt3-tiny-tp1")
-    r = kit_cli("run", "gpt3-tiny", "--steps", "4", "--warmup", "1", "--out", str(out))
-    assert r.returncode == 0, why_failed(r)
-    return bundle_path(r.stdout)
+    def build(out: Path) -> str:
+        r = kit_cli("run", "gpt3-tiny", "--steps", "4", "--warmup", "1", "--out", str(out))
+        assert r.returncode == 0, why_failed(r)
+        return str(bundle_path(r.stdout))
+
+    return Path(shared(tmp_path_factory, "gpt3-tiny-tp1", build))
 
 
 @pytest.fixture(scope="session")
 def cpu_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """One real 2-rank (TP 2) gpt3-tiny CPU run (4 measured steps), shared: its bundle (copy it
     before changing it) and how the CLI ended (stdout, stderr)."""
-    out = tmp_path_factory.mktemp("cpu-run")
-    r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "4", "--warmup", "1", "--out", str(out))
-    assert r.returncode == 0, why_failed(r)
+    def build(out: Path) -> list:
+        r = kit_cli("run", "gpt3-tiny", "--tp", "2", "--steps", "4", "--warmup", "1",
+                    "--out", str(out))
+        assert r.returncode == 0, why_failed(r)
+        return [r.args, r.returncode, r.stdout, r.stderr]
+
+    r = subprocess.CompletedProcess(*shared(tmp_path_factory, "cpu-run", build))
     return bundle_path(r.stdout), r
 
 
@@ -105,10 +214,12 @@ TP2_DP2 = ("run", "gpt3-tiny", "--tp", "2", "--dp", "2")
 def tp2_dp2_bundle(tmp_path_factory) -> Path:
     """One real TP2 x DP2 gpt3-tiny run (3 steps), the README tour's ``run`` line, shared by the
     tests that check its layout and the tour's ``project`` line: copy it before changing it."""
-    out = tmp_path_factory.mktemp("tp2-dp2")
-    r = kit_cli(*TP2_DP2, "--steps", "3", "--warmup", "1", "--out", str(out))
-    assert r.returncode == 0, why_failed(r)
-    return bundle_path(r.stdout)
+    def build(out: Path) -> str:
+        r = kit_cli(*TP2_DP2, "--steps", "3", "--warmup", "1", "--out", str(out))
+        assert r.returncode == 0, why_failed(r)
+        return str(bundle_path(r.stdout))
+
+    return Path(shared(tmp_path_factory, "tp2-dp2", build))
 
 
 def default_sigint() -> None:
@@ -190,19 +301,21 @@ def slowed_rank_run(tmp_path_factory) -> subprocess.CompletedProcess:
     """A DP 2 gpt3-tiny run (16 measured steps, --stall-timeout-s 20) whose rank 1 is slowed
     from its third step on: stopped 0.7 s of every second. Its sampler replays the recorded
     one-GPU H100 trace (device 0 only: rank 0's device). How its launcher ended."""
-    out = tmp_path_factory.mktemp("slowed-rank")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--dp", "2", "--steps", "16",
-         "--warmup", "1", "--stall-timeout-s", "20", "--out", str(out),
-         "--platform", str(REPO / "tests/data/platforms/cpu-replay-h100.yaml")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        wait_for_steps(out, 2)
-        pid = rank_pid(proc.pid, 1)
-        assert pid is not None, "rank 1 not found"
-        duty_cycle(pid, 0.7, 0.3, lambda: proc.poll() is not None)
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    def build(out: Path) -> list:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--dp", "2", "--steps", "16",
+             "--warmup", "1", "--stall-timeout-s", "20", "--out", str(out),
+             "--platform", str(REPO / "tests/data/platforms/cpu-replay-h100.yaml")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            wait_for_steps(out, 2)
+            pid = rank_pid(proc.pid, 1)
+            assert pid is not None, "rank 1 not found"
+            duty_cycle(pid, 0.7, 0.3, lambda: proc.poll() is not None)
+            stdout, stderr = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return [proc.args, proc.returncode, stdout, stderr]
+
+    return subprocess.CompletedProcess(*shared(tmp_path_factory, "slowed-rank", build))
