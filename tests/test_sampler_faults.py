@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -109,3 +110,28 @@ def test_the_sampler_ends_by_itself_when_its_parent_is_killed(tmp_path):
     report = SamplerReport.read(chunks / "sampler-report.json")
     assert report.complete and report.ended_by == "parent gone"
     assert concat_chunks(chunks).num_rows == report.rows_written > 0
+
+
+@pytest.mark.timeout(60)
+def test_the_pipe_folder_a_killed_launcher_left_goes_with_the_next_sampler(tmp_path):
+    """SIGKILL runs no clean-up, so the sampler's edge-pipe folder outlives its launcher; the
+    next sampler on the host removes it, and leaves a live launcher's folder alone."""
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path / "chunks")], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    int(parent.stdout.readline())
+    left = list(Path(tempfile.gettempdir()).glob(f"charllm-sampler-{parent.pid}-*"))
+    assert len(left) == 1 and (left[0] / "edge").exists()
+    parent.kill()
+    parent.wait(10)
+    assert left[0].exists()
+    sampler = host_sampler(tmp_path / "next", interval_ms=20)
+    sampler.start()
+    try:
+        assert not left[0].exists()
+        assert sampler.edge_path.exists()
+        assert sampler.edge_path.parent.name.startswith(f"charllm-sampler-{os.getpid()}-")
+    finally:
+        sampler.stop()
+    assert not sampler.edge_path.parent.exists()

@@ -10,10 +10,37 @@ tightly, and :mod:`kit.analysis.energy` still interpolates).
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+
+import psutil
 
 EDGE_ENV = "CHARLLM_SAMPLER_EDGE"
 """Environment variable holding the path of the node sampler's pipe, set for the ranks."""
+
+EDGE_DIR_PREFIX = "charllm-sampler-"
+"""The pipe's folder in the temporary directory: ``<prefix><launcher pid>-<random>``."""
+
+
+def make_edge_dir() -> Path:
+    """A new folder for this process's sampler pipe, after removing the folders that killed
+    launchers left (SIGKILL runs no clean-up): those of this user whose launcher pid is gone.
+
+    The folder lives in the temporary directory rather than the run's staging folder, which
+    may be on a shared file system; the pid in its name is what tells a stale one.
+    """
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob(f"{EDGE_DIR_PREFIX}*-*"):
+        pid = old.name[len(EDGE_DIR_PREFIX):].split("-", 1)[0]
+        try:
+            stale = (pid.isdigit() and not psutil.pid_exists(int(pid))
+                     and old.stat().st_uid == os.getuid())
+        except OSError:  # removed meanwhile
+            continue
+        if stale:
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{EDGE_DIR_PREFIX}{os.getpid()}-", dir=tmp))
 
 
 def make_edge_pipe(path: Path) -> None:

@@ -33,7 +33,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from kit.errors import KitInputError
 from kit.telemetry import load_source_class, source_target
 from kit.telemetry.base import TelemetryError, TelemetrySource
 from kit.telemetry.chunks import CHUNK_GLOB, ChunkWriter, rss_bytes
-from kit.telemetry.edges import make_edge_pipe, open_edge_pipe
+from kit.telemetry.edges import make_edge_dir, make_edge_pipe, open_edge_pipe
 from kit.telemetry.field_periods import FieldPeriods
 from kit.telemetry.sampler_report import REPORT_NAME, SamplerErrorRecord, SamplerReport
 from kit.telemetry.slow_lanes import SamplerClock, SlowLane
@@ -359,7 +358,7 @@ class TelemetrySampler:
             raise KitInputError(
                 f"telemetry interval_ms ({interval_ms}) and chunk_rows ({chunk_rows}) must be > 0"
             )
-        self._edge_dir = Path(tempfile.mkdtemp(prefix="charllm-sampler-"))
+        self._edge_dir = make_edge_dir()
         make_edge_pipe(self._edge_dir / "edge")
         self._cfg = _ChildConfig(
             sources=[(name, source_target(name), dict(kwargs)) for name, kwargs in sources],
