@@ -108,8 +108,12 @@ class SourceRates:
             for k in pool:
                 compute[k] -= take * compute[k] / held if held else 0.0
             # An optimizer step longer than its kernels (a host-paced step on a busy host)
-            # spent the rest in the measured idle time: taken out there, not counted twice.
-            idle = max(0.0, idle - (optimizer_s - take))
+            # spent the rest in the measured idle time: taken out there, not counted twice;
+            # what neither holds (the timers' steps slower than the profiled ones) is not in
+            # the measured step and is left out, so the own layout gives back that step.
+            rest = min(optimizer_s - take, idle)
+            idle -= rest
+            optimizer_s = take + rest
         m = cfg.grad_accum_steps
         rates = {k: v / m / work(cfg, 0, k) for k, v in compute.items() if v > 0}
         layers = layers_per_stage(cfg)
