@@ -126,12 +126,15 @@ def test_the_pipe_folder_a_killed_launcher_left_goes_with_the_next_sampler(tmp_p
     parent.kill()
     parent.wait(10)
     assert left[0].exists()
+    live = Path(tempfile.mkdtemp(prefix=f"charllm-sampler-{os.getpid()}-"))  # this pid lives
     sampler = host_sampler(tmp_path / "next", interval_ms=20)
     sampler.start()
     try:
         assert not left[0].exists()
+        assert live.exists()
         assert sampler.edge_path.exists()
         assert sampler.edge_path.parent.name.startswith(f"charllm-sampler-{os.getpid()}-")
     finally:
         sampler.stop()
+        live.rmdir()
     assert not sampler.edge_path.parent.exists()

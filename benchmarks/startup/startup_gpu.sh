@@ -23,9 +23,7 @@ CORE="${CORE_SWEEP:-benchmarks/startup/startup-core.yaml}"  # other files: a CPU
 SMALL="${SMALL_SWEEP:-sweeps/node4-small-shapes.yaml}"
 source benchmarks/lib.sh
 use_carried_wheels
-NGPUS=$(nvidia-smi -L | wc -l)
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
-TAG="${GPU:-gpu}x$NGPUS"
+TAG=$(gpu_tag); NGPUS=${TAG##*x}
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
 sweep_files() {  # [NAME SOURCE POINTS]...: $RESULTS/NAME.yaml, SOURCE renamed, its first POINTS
