@@ -8,13 +8,17 @@ measured steps, ``metrics.json``), and the profiled step's device time by MoE ca
 GEMMs, optimizer, host gaps ...). Writes one JSON in the form of
 ``benchmarks/parallel/results/h100x4-layouts.json`` (``device``, ``date``, ``points``), each point
 also carrying ``variant`` (the bundle folder's parent name), ``breakdown_window_s`` and
-``breakdown_s`` (category -> seconds of the profiled step).
+``breakdown_s`` (category -> seconds of the profiled step). ``--top N`` also prints the N
+device kernels with the most time per profiled step (the trace's kernels over its profiled
+steps), with their calls and mean duration: which GEMM shapes and which elementwise kernels
+to attack.
 """
 
 import argparse
 import datetime as dt
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parallel"))
@@ -45,14 +49,39 @@ def describe(bundle: Path) -> dict:
     return p
 
 
+def top_kernels(trace: Path, n: int) -> str:
+    """The ``n`` device kernels with the most time per profiled step of ``trace``."""
+    events = json.loads(trace.read_text()).get("traceEvents", [])
+    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    total: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") == "kernel" and isinstance(e.get("dur"), int | float):
+            total[e["name"]] += e["dur"]
+            calls[e["name"]] += 1
+    per = max(steps, 1)
+    lines = [f"top {n} kernels, per profiled step ({per}):"]
+    for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:n]:
+        lines.append(f"  {us / per / 1e3:9.2f} ms {calls[name] / per:7.0f} calls "
+                     f"{us / calls[name]:9.1f} us/call  {name[:110]}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Describe every bundle, print, write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundles", nargs="+", type=Path)
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--device", default=None, help="device label (default: from the bundles)")
+    ap.add_argument("--top", type=int, default=0, help="also print each bundle's N top kernels")
     args = ap.parse_args()
-    points = [describe(b) for b in args.bundles]
+    points = []
+    for bundle in args.bundles:
+        points.append(describe(bundle))
+        traces = [t for t in sorted((bundle / "profile").glob("rank*.json"))
+                  if not t.name.endswith(".breakdown.json")]
+        if args.top and traces:
+            print(top_kernels(traces[0], args.top))
     device = args.device
     if device is None and args.bundles:
         from kit.bundle.reader import read_bundle

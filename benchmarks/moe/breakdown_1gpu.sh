@@ -12,7 +12,11 @@
 #   nowgrad    default without wgrad_fusion: expert weight gradients as one grouped GEMM per
 #              projection (bf16, added into main_grad by DDP) instead of one fp32-accumulating
 #              addmm per expert;
-#   allgather  --moe-dispatcher allgather (the other dropless dispatcher: its own permutation).
+#   allgather  --moe-dispatcher allgather (the other dropless dispatcher: its own permutation);
+#   mb2, mb4   default at micro-batch 2 or 4 (bigger expert GEMMs, fewer host gaps and
+#              main_grad passes per token).
+# GB=<n> sets the global batch (default 8; the workload's own is 128, whose optimizer share is
+# 1/16 of batch 8's); TOP=<n> also prints each run's n top kernels per profiled step.
 # VARIANTS="default permute" runs a subset (default: default permute nowgrad). Each run is
 # capped at 150 s (~60-80 s each on a warm H100), so three fit one 10-minute call with room;
 # add allgather when time allows. RUN_TIMEOUT_S changes the cap; W=<workload> runs another
@@ -32,13 +36,15 @@ OUT="${OUT:-benchmarks/moe/results}"; RUNS=/tmp/moe-breakdown-runs; mkdir -p "$O
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 DEFAULT=fusions,wgrad_fusion,cross_entropy,cuda_graph,fused_adam,foreach_optim,grouped_gemm
 [[ -n "${W:-}" ]] || source benchmarks/moe/workload.sh  # sets W (or W=<workload> to choose)
-ARGS=("$W" --micro-batch 1 --global-batch 8 --steps 3 --warmup 2 --profile
+ARGS=("$W" --micro-batch 1 --global-batch "${GB:-8}" --steps 3 --warmup 2 --profile
       --telemetry-interval-ms 100)
 declare -A EXTRA=(
   [default]=""
   [permute]="--speed $DEFAULT,sync_free_permute"
   [nowgrad]="--speed ${DEFAULT/wgrad_fusion,/}"
   [allgather]="--moe-dispatcher allgather"
+  [mb2]="--micro-batch 2"
+  [mb4]="--micro-batch 4"
 )
 {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1); workload $W"
@@ -73,7 +79,7 @@ PY
     DEVICE="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x1"
     echo "\$ python3 benchmarks/moe/breakdown.py <bundles> --json $OUT/${TAG}x1-moe.json"
     python3 benchmarks/moe/breakdown.py "${BUNDLES[@]}" --json "$OUT/${TAG}x1-moe.json" \
-      --device "$DEVICE" 2>&1 | grep -v -i warn
+      --device "$DEVICE" --top "${TOP:-0}" 2>&1 | grep -v -i warn
     for v in ${VARIANTS:-default permute nowgrad}; do
       [[ -f "$OUT/metrics-$v.json" ]] && python3 -c "import json,sys; l=json.load(open(sys.argv[1]))['expert_load']; print('# expert load', sys.argv[2], {k: l.get(k) for k in ('max_over_mean', 'max_over_mean_worst', 'cv')})" "$OUT/metrics-$v.json" "$v"
     done
