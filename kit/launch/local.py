@@ -10,6 +10,7 @@ notes when it ended, so the first rank to end is known to the millisecond.
 """
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,8 +39,46 @@ LAUNCHER_PID_ENV = "CHARLLM_LAUNCHER_PID"
 """Environment variable that tells a rank which process must outlive it."""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""Linux's range of ports handed to outgoing connections and to ``bind`` on port 0."""
+STORE_PORTS = (20000, 32767)
+"""Where :func:`free_port` looks first: below Linux's default ephemeral range (32768-60999)."""
+
+
+def _ephemeral_range() -> tuple[int, int] | None:
+    try:
+        lo, hi = (int(v) for v in EPHEMERAL_RANGE.read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return None
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
-    """A TCP port that is free on this host right now."""
+    """A TCP port free on this host right now, for rank 0's rendezvous store.
+
+    Not one from ``bind(("", 0))``: that comes from the ephemeral range, which the kernel also
+    hands to every outgoing connection, so between this check and rank 0 binding it, another
+    process's ``connect`` (the previous sweep point's ranks still closing theirs, a peer's NCCL
+    bootstrap) can take it: rank 0 then fails with EADDRINUSE (seen once in 22 points of a
+    2 x H200 sweep). A port below the ephemeral range that binds now is taken only by another
+    listener choosing the same one; without a readable range (not Linux), ``bind`` on port 0.
+    """
+    ephemeral = _ephemeral_range()
+    if ephemeral is not None:
+        lo, hi = STORE_PORTS
+        candidates = [p for p in range(lo, hi + 1) if not ephemeral[0] <= p <= ephemeral[1]]
+        for port in random.sample(candidates, min(64, len(candidates))):
+            if _bindable(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
