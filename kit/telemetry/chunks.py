@@ -16,6 +16,9 @@ from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA, make_row
 
 CHUNK_GLOB = "chunk-*.parquet"
 """Names of the chunk files; their zero-padded indices sort in write order."""
+MAX_PENDING = 4
+"""Chunks that may wait for the writer thread; one more waits in the sampler's loop (a disk
+that stalls then stalls the loop, as a write in the tick did, instead of growing its memory)."""
 
 
 def rss_bytes() -> int:
@@ -31,12 +34,13 @@ class ChunkWriter:
     """Buffers rows and writes them out as Parquet chunk files, on a thread of its own.
 
     A chunk is written every ``chunk_rows`` rows or ``flush_s`` seconds, whichever comes
-    first, so a crash of the process loses at most that much. The sampler's loop only hands
-    each chunk's rows over: written inside the tick, a chunk made that tick take 29-57 ms
-    instead of 17 on a 2-core host with both cores busy (4 fake GPUs at 20 ms: 9 of the 12
-    ticks that overran were ticks that wrote one). On the writer thread it costs the loop at
-    most a GIL switch interval. A write that fails is raised by the next :meth:`add` or
-    :meth:`flush`.
+    first, so a crash of the process loses at most that much and the chunks still waiting for
+    the writer (at most :data:`MAX_PENDING`; each waits tens of milliseconds unless the disk
+    stalls). The sampler's loop only hands each chunk's rows over: written inside the tick, a
+    chunk made that tick take 29-57 ms instead of 17 on a 2-core host with both cores busy (4
+    fake GPUs at 20 ms: 9 of the 12 ticks that overran were ticks that wrote one). On the
+    writer thread it costs the loop at most a GIL switch interval. A write that fails is raised
+    by the next :meth:`add` or :meth:`flush`.
     """
 
     def __init__(self, chunks_dir: Path, chunk_rows: int, flush_s: float) -> None:
@@ -45,7 +49,7 @@ class ChunkWriter:
         self._flush_s = flush_s
         self._last_handed = time.monotonic()
         self._rows: list[dict[str, Any]] = []
-        self._pending: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self._pending: queue.Queue[list[dict[str, Any]]] = queue.Queue(MAX_PENDING)
         self._error: BaseException | None = None
         self.chunks = 0
         self.rows_written = 0
