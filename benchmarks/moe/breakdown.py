@@ -28,8 +28,9 @@ from summarize import point  # noqa: E402  (benchmarks/parallel/summarize.py)
 from kit.analysis.moe_breakdown import format_breakdown, step_breakdowns  # noqa: E402
 
 
-def describe(bundle: Path) -> dict:
-    """The bundle's summary point plus its MoE breakdown (first profiled step of rank 0)."""
+def describe(bundle: Path, top: int = 0) -> dict:
+    """The bundle's summary point plus its MoE breakdown (first profiled step of rank 0);
+    with ``top``, also print that trace's ``top`` heaviest kernels."""
     p = {"variant": bundle.parent.name, **point(bundle)}
     traces = sorted((bundle / "profile").glob("rank*.json"))
     traces = [t for t in traces if not t.name.endswith(".breakdown.json")]
@@ -46,6 +47,8 @@ def describe(bundle: Path) -> dict:
         print(format_breakdown(steps[0], p["step_s"]))
     else:
         print("no profiled step in this bundle")
+    if top and traces:
+        print(top_kernels(traces[0], top))
     return p
 
 
@@ -75,13 +78,7 @@ def main() -> None:
     ap.add_argument("--device", default=None, help="device label (default: from the bundles)")
     ap.add_argument("--top", type=int, default=0, help="also print each bundle's N top kernels")
     args = ap.parse_args()
-    points = []
-    for bundle in args.bundles:
-        points.append(describe(bundle))
-        traces = [t for t in sorted((bundle / "profile").glob("rank*.json"))
-                  if not t.name.endswith(".breakdown.json")]
-        if args.top and traces:
-            print(top_kernels(traces[0], args.top))
+    points = [describe(b, args.top) for b in args.bundles]
     device = args.device
     if device is None and args.bundles:
         from kit.bundle.reader import read_bundle

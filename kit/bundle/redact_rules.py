@@ -123,28 +123,31 @@ class Redactor:
             partitions: Also hide Slurm partition names.
         """
         texts = list(texts)
+        lowered = [(t, t.lower()) for t in texts]  # what _NEEDS is looked for in
         self.counts: Counter[str] = Counter()
         self.partitions = partitions
-        hosts = self._collect_hosts(texts, inventory_hosts)
+        hosts = self._collect_hosts(lowered, inventory_hosts)
         self._hosts = [(self._host_pattern(h), name) for h, name in hosts]
         self._families = self._host_families([h for h, _ in hosts])
-        self._users = [_word(u) for u in sorted(self._collect(texts, _USER_SOURCES, True),
+        self._users = [_word(u) for u in sorted(self._collect(lowered, _USER_SOURCES, True),
                                                 key=len, reverse=True)]
-        self._accounts = [_word(a) for a in self._collect(texts, _ACCOUNT_SOURCES)]
-        self._partitions = ([_word(p) for p in self._collect(texts, _PARTITION_SOURCES, split=",")]
+        self._accounts = [_word(a) for a in self._collect(lowered, _ACCOUNT_SOURCES)]
+        self._partitions = ([_word(p) for p in self._collect(lowered, _PARTITION_SOURCES,
+                                                             split=",")]
                             if partitions else [])
         uuids = [m.group(2).lower() for u in inventory_uuids for m in _UUID.finditer(u)]
         for t in texts:
             uuids += [m.group(2).lower() for m in _UUID.finditer(t)]
         self._uuids = {u: f"uuid-{i}" for i, u in enumerate(dict.fromkeys(uuids))}
         self._serials = {s: f"serial-{i}" for i, s in enumerate(sorted(
-            self._collect(texts, _SERIAL_SOURCES)))}
+            self._collect(lowered, _SERIAL_SOURCES)))}
         self._serial_patterns = [(_word(s), p) for s, p in self._serials.items()]
 
     @staticmethod
-    def _collect(texts: list[str], pattern: re.Pattern[str], add_me: bool = False,
+    def _collect(lowered: list[tuple[str, str]], pattern: re.Pattern[str], add_me: bool = False,
                  split: str | None = None) -> set[str]:
-        found = {name for t in texts if _may_match(pattern, t.lower())
+        """Names ``pattern``'s groups find in the texts (each with its lower-case form)."""
+        found = {name for t, low in lowered if _may_match(pattern, low)
                  for m in pattern.finditer(t) for name in m.groups() if name}
         if split:
             found = {part for name in found for part in name.split(split) if part}
@@ -156,7 +159,8 @@ class Redactor:
         return {n for n in found if len(n) > 1 and n.lower() not in _NOT_NAMES}
 
     @staticmethod
-    def _collect_hosts(texts: list[str], inventory: list[str]) -> list[tuple[str, str]]:
+    def _collect_hosts(lowered: list[tuple[str, str]],
+                       inventory: list[str]) -> list[tuple[str, str]]:
         """Every host name seen, with its pseudonym: node<N> for the inventory's, else
         host<K>; a FQDN's first label stands for it too."""
         seen: dict[str, str] = {}
@@ -164,8 +168,7 @@ class Redactor:
             if host and host.lower() not in _NOT_NAMES:
                 seen.setdefault(host.split(".")[0].lower(), f"node{n}")
         extra: list[str] = []
-        for t in texts:
-            low = t.lower()
+        for t, low in lowered:
             for m in (_HOST_SOURCES.finditer(t) if _may_match(_HOST_SOURCES, low) else ()):
                 value = (m.group(1) or m.group(2)).rsplit(":", 1)[0]
                 extra += expand_node_list(value)

@@ -56,9 +56,7 @@ class ChunkWriter:
         self.rss_peak_bytes = 0
         self.rss_first_chunk_bytes = 0
         self._warm_up()
-        self._thread = threading.Thread(target=self._write_pending, name="chunk-writer",
-                                        daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._write_pending, name="chunk-writer", daemon=True).start()
 
     @staticmethod
     def _warm_up() -> None:
