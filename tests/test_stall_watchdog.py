@@ -120,13 +120,20 @@ def test_the_limit_follows_the_median_step_after_a_start_up_allowance():
 
 
 def test_blame_goes_to_the_rank_behind_then_to_the_stopped_one():
-    """A rank a step behind is named first; when every rank stopped after the same step, the
+    """Among the ranks a step behind (every rank when all stopped after the same step), the
     one whose process is stopped (or that gave no stack or no flight recorder), then one the
-    flight recorders show outside a collective the others wait in; else the error says none
-    stands out."""
+    flight recorders show outside a collective the others wait in; else every rank behind; and
+    where none is behind and none stands out the error says so."""
     blamed, text = stall_verdict([7, 6, 7, 7], {}, {}, set(), {})
     assert blamed == [1] and text.startswith("rank 1 stopped advancing after step 6")
     assert "ranks 0, 2, 3 waited after step 7" in text
+    # rank 1 stopped inside step 7 holds its TP partner rank 0 there: both are behind, the
+    # stopped process is the one blamed
+    blamed, text = stall_verdict([6, 6, 7, 7], {0: "sleeping", 1: "stopped"},
+                                 {0: True, 1: False}, set(), {})
+    assert blamed == [1] and "ranks 0, 2, 3 waited after steps 6, 7" in text
+    blamed, text = stall_verdict([6, 6, 7, 7], {}, {}, set(), {})
+    assert blamed == [0, 1] and "ranks 2, 3 waited after step 7" in text
     blamed, text = stall_verdict([7, 7], {0: "sleeping", 1: "stopped"}, {0: True, 1: False},
                                  set(), {})
     assert blamed == [1] and "state T" in text and "rank 0 waited after step 7" in text

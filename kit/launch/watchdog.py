@@ -24,12 +24,14 @@ installed (kit.launch.stall_evidence), then SIGKILLs its ranks (a stopped proces
 rewrites the record with its verdict. The launcher's failure path then publishes the bundle with
 everything streamed; :func:`stall_end` makes the verdict the bundle's headline error.
 
-Blame, in this order: the ranks whose last finished step is behind the others'; when every
-rank stopped after the same step (a step's collectives hold the ranks together), those whose
-process is stopped or in uninterruptible sleep, that did not answer the stack signal (ranks of
-the tripping node) or wrote no flight recorder while others did (ranks of any node); else
-those whose flight recorder shows them in no collective while other ranks wait in theirs.
-Where none stands out the error says so; the per-rank evidence is in the record and the notes.
+Blame, in this order, among the ranks whose last finished step is behind the others' (every
+rank when none is: a step's collectives hold the ranks together): those whose process is
+stopped or in uninterruptible sleep, that did not answer the stack signal (ranks of the
+tripping node) or wrote no flight recorder while others did (ranks of any node); else those
+whose flight recorder shows them in no collective while other ranks wait in theirs; else every
+rank behind. A stopped rank's tensor-parallel partner waits inside the same step, so it is
+behind too, and only the evidence tells the two apart. Where none stands out the error says so;
+the per-rank evidence is in the record and the notes.
 """
 
 import json
@@ -213,10 +215,12 @@ def stall_verdict(last_step: list[int], states: dict[int, str], stacked: dict[in
         idle: Ranks in no collective while others wait (kit.launch.stall_evidence.not_waiting).
     """
     top = max(last_step)
-    ranks = range(len(last_step))
-    blamed = ([r for r in ranks if last_step[r] < top]
-              or [r for r in ranks if _unresponsive(r, states, stacked, unrecorded)]
-              or sorted(idle))
+    behind = [r for r in range(len(last_step)) if last_step[r] < top]
+    pool = behind or list(range(len(last_step)))
+    # a stopped rank's tensor-parallel partner is behind too (it waits inside the same step):
+    # the evidence that names the stopped one narrows the ranks behind before blaming them all
+    blamed = ([r for r in pool if _unresponsive(r, states, stacked, unrecorded)]
+              or [r for r in pool if r in idle] or behind)
     if not blamed:
         return [], (f"every rank stopped {_after(top)} and none stands out (each answered, "
                     "none stopped, none outside a collective the others wait in)")
