@@ -84,6 +84,9 @@ def make_manifest(**changes: object) -> Manifest:
     data: dict[str, object] = dict(
         kit_version="0.1.0",
         git_commit=None,
+        # fixed: two manifests made a second apart must compare equal (a busy host's fixture
+        # and test body can straddle a second)
+        created_utc="2026-11-22T09:15:00Z",
         status="ok",
         error=None,
         command=["charllm-kit", "run", "gpt3-tiny", "--platform", "cpu", "--pp", "2"],
