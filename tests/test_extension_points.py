@@ -106,7 +106,7 @@ def test_an_unregistered_engine_is_one_line_naming_the_registered_ones():
     r = CliRunner().invoke(cli, ["run", "gpt3-tiny", "--platform", "cpu", "--engine", "tytan",
                                  "--dry-run"])
     assert isinstance(r.exception, KitInputError)
-    assert str(r.exception) == "unknown engine 'tytan'; known: deepspeed, megatron"
+    assert str(r.exception) == "unknown engine 'tytan'; known: deepspeed, fsdp2, megatron"
 
 
 class ToyCounterSource(TelemetrySource):

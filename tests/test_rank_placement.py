@@ -56,6 +56,6 @@ def test_deepspeed_placement_matches_its_pipe_topology(dp, pp):
 
 def test_an_unknown_engine_is_one_line_naming_the_known_ones():
     with pytest.raises(KitInputError, match="unknown engine 'torchtitan'; known: deepspeed, "
-                                            "megatron"):
+                                            "fsdp2, megatron"):
         engine_spec("torchtitan")
-    assert set(ENGINES) == {"megatron", "deepspeed"}
+    assert set(ENGINES) == {"megatron", "deepspeed", "fsdp2"}

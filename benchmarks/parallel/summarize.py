@@ -39,6 +39,8 @@ def layout(cfg: dict[str, Any]) -> str:
             parts.append(name)
     if cfg["engine"] == "deepspeed":
         parts.append(f"zero{o['zero']}")
+    if cfg["engine"] == "fsdp2":
+        parts.append("fsdp2")
     if o.get("recompute", "none") != "none":
         parts.append(f"recompute-{o['recompute']}")
     if cfg.get("speed") is not None:  # the run chose its speed features (--speed)

@@ -6,6 +6,7 @@ is when the framework is imported. Importing this package imports no framework a
 """
 
 from kit.engines.deepspeed.spec import DeepSpeedSpec
+from kit.engines.fsdp2.spec import FSDP2Spec
 from kit.engines.megatron.spec import MegatronSpec
 from kit.engines.registry import (
     ENGINES,
@@ -17,5 +18,6 @@ from kit.engines.registry import (
 
 register_engine(MegatronSpec())
 register_engine(DeepSpeedSpec())
+register_engine(FSDP2Spec())
 
 __all__ = ["ENGINES", "engine_packages", "engine_spec", "foreign_options", "register_engine"]

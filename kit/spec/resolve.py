@@ -38,7 +38,7 @@ class RunRequest(BaseModel):
         None, description="Platform name or YAML file (default: detect this host).")
     engine: str = Field(
         "megatron", description="Training engine: a registered name (kit/engines: megatron, "
-        "deepspeed).")
+        "deepspeed, fsdp2).")
     launcher: Launcher = Field(
         "local", description="How ranks start: local (this node only), torchrun (run the same "
         "command on every node with --node-rank and --rdzv-endpoint), slurm (inside an "
@@ -115,7 +115,7 @@ class RunRequest(BaseModel):
         None, description="GPU speed features, comma-separated, or none (default: those "
         "measured to pay on the platform). megatron: fusions, wgrad_fusion, cross_entropy, "
         "cuda_graph, fused_adam, foreach_optim, compile, grouped_gemm, sync_free_permute; "
-        "deepspeed: compile, cross_entropy.")
+        "deepspeed and fsdp2: compile, cross_entropy.")
     phase_timers: bool = Field(
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "
         "sync and optimizer (off: measure the step without the timers' synchronizations).")

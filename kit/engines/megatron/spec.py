@@ -25,7 +25,8 @@ class MegatronSpec(EngineSpec):
     packages = ("megatron-core", "transformer-engine")
     options = {
         "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
-        "fsdp": "--fsdp is megatron's; with --engine deepspeed use --zero 3",
+        "fsdp": "--fsdp is megatron's (Megatron-FSDP); PyTorch's FSDP2 is --engine fsdp2, "
+                "DeepSpeed's full sharding --engine deepspeed --zero 3",
         "phase_timers": "--no-phase-timers switches off the megatron engine's phase timers; "
                         "use --engine megatron",
     }

@@ -1,0 +1,59 @@
+"""What the fsdp2 engine can run, and what it costs, known before any rank starts.
+
+The engine is PyTorch's own fully sharded data parallelism (FSDP2, ``fully_shard``) over the
+kit's plain PyTorch model, the one the deepspeed engine trains. It has data parallelism only;
+layouts that need model parallelism are refused here with a one-line reason.
+"""
+
+from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
+from kit.spec.run import ParallelConfig, RunConfig
+
+SPEED_FEATURES = ("compile", "cross_entropy")
+"""GPU speed features of the fsdp2 engine: ``torch.compile`` of every transformer block before
+it is sharded, and the kit's fused cross-entropy (as in the deepspeed engine)."""
+
+_MODEL_PARALLEL = "the fsdp2 engine is data parallel only (PyTorch FSDP2); use --engine megatron"
+
+
+class FSDP2Spec(EngineSpec):
+    """PyTorch FSDP2: weights, gradients and AdamW states sharded over the data-parallel ranks,
+    one all-gather and one reduce-scatter per transformer block."""
+
+    name = "fsdp2"
+    speed_features = SPEED_FEATURES
+    packages = ("torch",)
+
+    def violations(self, cfg: RunConfig) -> list[str]:
+        p, o = cfg.parallel, cfg.optim
+        out = [f"{flag} > 1: {_MODEL_PARALLEL}" for flag, degree in (
+            ("--tp", p.tp), ("--pp", p.pp), ("--cp", p.cp), ("--ep", p.ep)) if degree > 1]
+        if p.sp:
+            out.append(f"--sp: {_MODEL_PARALLEL}")
+        if cfg.workload.is_moe:
+            out.append("mixture-of-experts workloads are not supported by the fsdp2 engine; "
+                       "use --engine megatron or --engine deepspeed")
+        if o.recompute == "selective":
+            out.append("--recompute selective is megatron's (attention core only); the fsdp2 "
+                       "engine recomputes whole layers: use --recompute full")
+        if o.overlap:
+            out.append("--overlap: FSDP2 always overlaps its all-gathers and reduce-scatters "
+                       "with compute; drop --overlap with --engine fsdp2")
+        out.extend(self.unknown_speed(cfg))
+        return out
+
+    def bytes_per_parameter(self, cfg: RunConfig) -> BytesPerParameter:
+        # fp32 sharded parameters (FSDP2 gathers them in the training dtype for compute; the
+        # fp32 shard is the master copy), fp32 gradients, AdamW's two fp32 moments
+        return BytesPerParameter(weights=4, grads=4, optimizer=8)
+
+    def sharding(self, cfg: RunConfig, zero_stage: int | None = None) -> Sharding:
+        return Sharding(weights=True, grads=True, optimizer=True)
+
+    def placement(self, parallel: ParallelConfig, rank: int) -> dict[str, int]:
+        """Every rank is a data-parallel rank."""
+        return {"tp_rank": 0, "cp_rank": 0, "dp_rank": rank, "pp_rank": 0, "ep_rank": 0}
+
+    def build(self):  # type: ignore[no-untyped-def]
+        from kit.engines.fsdp2.engine import FSDP2Engine
+
+        return FSDP2Engine()
