@@ -316,7 +316,7 @@ class CausalLM(nn.Module):
         vocab_size: Padded vocabulary size.
         seed: Run seed (each layer's init seed derives from it).
         recompute: Recompute each transformer layer's activations in backward (full
-            recomputation, one layer per checkpoint).
+            recomputation, one layer per checkpoint; a layer ``torch.compile`` wrapped counts).
         loss_fn: Mean next-token loss of (logits, labels).
     """
 
@@ -343,7 +343,7 @@ class CausalLM(nn.Module):
         """Language-model loss, and the MoE router loss (None for a dense model)."""
         x = tokens
         for layer in self.layers:
-            if self.recompute and isinstance(layer, Block):
+            if self.recompute and isinstance(getattr(layer, "_orig_mod", layer), Block):
                 x = checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)
