@@ -2,9 +2,9 @@
 
 The model is the deepspeed engine's :class:`~kit.engines.deepspeed.model.CausalLM` (same
 layers, same per-layer initialization, same synthetic batches per data-parallel rank), so its
-losses can be checked against the one-process run. Each transformer block is compiled (on
-NVIDIA GPUs, ``compile``) and then made one FSDP2 unit; the root unit holds the embeddings,
-final norm and output layer. Under mixed precision FSDP2 keeps fp32 parameter shards (the
+losses can be checked against the one-process run. Each transformer block is one FSDP2 unit
+(with ``--speed compile``, compiled first); the root unit holds the embeddings, final norm and
+output layer. Under mixed precision FSDP2 keeps fp32 parameter shards (the
 master weights AdamW updates), gathers them in the training dtype for compute and
 reduce-scatters gradients in fp32. Within a step's micro-batches, for a model that fits a
 device easily (:func:`accumulates_unsharded`), gradients accumulate unsharded and gathered
@@ -30,11 +30,14 @@ from kit.engines.kernels.features import chosen_features
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
-DEFAULT = frozenset(SPEED_FEATURES)
-"""On by default on NVIDIA GPUs (both act on the kit's own model, as in the deepspeed engine)."""
+DEFAULT = frozenset({"cross_entropy"})
+"""On by default on NVIDIA GPUs. Compiled blocks are not: on 2 H200s they made gpt3-1.3b DP2
+slower (0.704 s a step against 0.555 s; the step is paced by the host) and gpt3-175b-4l no faster
+(1.729 s against 1.726 s), benchmarks/parallel/results/h200x2-fsdp.txt."""
 
-DEFAULT_AMD = frozenset({"cross_entropy"})
-"""On ROCm only the fused cross-entropy: compiled blocks were measured on CUDA only."""
+DEFAULT_AMD = DEFAULT
+"""The same on ROCm (the fused cross-entropy was measured on CUDA only, as in the other
+engines' ROCm sets)."""
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -10,7 +10,8 @@ from kit.spec.run import ParallelConfig, RunConfig
 
 SPEED_FEATURES = ("compile", "cross_entropy")
 """GPU speed features of the fsdp2 engine: ``torch.compile`` of every transformer block before
-it is sharded, and the kit's fused cross-entropy (as in the deepspeed engine)."""
+it is sharded (off by default: measured no faster), and the kit's fused cross-entropy (as in
+the deepspeed engine)."""
 
 _MODEL_PARALLEL = "the fsdp2 engine is data parallel only (PyTorch FSDP2); use --engine megatron"
 
