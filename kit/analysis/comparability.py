@@ -34,6 +34,7 @@ from typing import Any
 from kit.analysis.labels import is_fabric
 from kit.analysis.text import shorten
 from kit.bundle.reader import Bundle
+from kit.engines import ENGINES
 
 _NOT_ARCHITECTURE = frozenset(
     {"name", "family", "description", "scaling", "micro_batch_size", "global_batch_size"}
@@ -215,9 +216,11 @@ def _projected_checks(bundles: list[Bundle]) -> list[Check]:
 
 
 def _engine(b: Bundle) -> str:
-    """The run's engine and its installed version, e.g. ``megatron (megatron-core 0.16.1)``."""
+    """The run's engine and its installed version, e.g. ``megatron (megatron-core 0.16.1)``
+    (the first package its spec trains with; an engine this kit does not know: its name)."""
     engine = b.manifest.config.get("engine", "megatron")
-    package = "megatron-core" if engine == "megatron" else engine
+    spec = ENGINES.get(engine)
+    package = spec.packages[0] if spec is not None and spec.packages else engine
     versions = {v for n in b.manifest.inventory
                 if (v := n.engine_versions.get(package)) is not None}
     return f"{engine} ({package} {', '.join(sorted(versions)) or 'version unrecorded'})"
