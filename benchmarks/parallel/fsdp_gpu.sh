@@ -4,10 +4,10 @@
 # per point, in 10-minute device calls that resume (the sweep folders live in
 # results/fsdp/, which persist while the machine stays warm):
 #   PART=small benchmarks/parallel/fsdp_gpu.sh   # gpt3-1.3b mb2 gb16 over every GPU:
-#       DP with the distributed optimizer (the reference), FSDP2, FSDP2 without compiled
-#       blocks, Megatron-FSDP
+#       DP with the distributed optimizer (the reference), FSDP2, FSDP2 with compiled blocks,
+#       Megatron-FSDP
 #   PART=study benchmarks/parallel/fsdp_gpu.sh   # gpt3-175b-4l mb1 gb16: TP2 + SP x DP(N/2)
-#       (the reference), FSDP2, FSDP2 without compiled blocks, Megatron-FSDP
+#       (the reference), FSDP2, FSDP2 with compiled blocks, Megatron-FSDP
 # Writes into $OUT: <gpu>x<N>-fsdp.txt (what every call printed, appended),
 # <gpu>x<N>-fsdp-<part>.json (summarize.py with gpu_idle_frac and ref_name/ref_step_s) and
 # bundles-<gpu>x<N>-fsdp-<part>.tar.gz (manifest.json, metrics.json, steps.parquet and the
@@ -35,12 +35,12 @@ axes:
   - points:
       - {dp: $N, dist_optimizer: true}
       - {engine: fsdp2, dp: $N}
-      - {engine: fsdp2, dp: $N, speed: cross_entropy}
+      - {engine: fsdp2, dp: $N, speed: "compile,cross_entropy"}
       - {dp: $N, fsdp: true}
 YAML
   REF="tp1 pp1 dp$N cp1 ep1 distopt"
   PAIRS=(--pair "tp1 pp1 dp$N cp1 ep1 fsdp2" "$REF"
-         --pair "tp1 pp1 dp$N cp1 ep1 fsdp2 speed-cross_entropy" "$REF"
+         --pair "tp1 pp1 dp$N cp1 ep1 fsdp2 speed-compile+cross_entropy" "$REF"
          --pair "tp1 pp1 dp$N cp1 ep1 fsdp" "$REF")
 else
   cat > "$SWEEP" <<YAML
@@ -52,12 +52,12 @@ axes:
   - points:
       - {tp: 2, sp: true, dp: $((N / 2))}
       - {engine: fsdp2, dp: $N}
-      - {engine: fsdp2, dp: $N, speed: cross_entropy}
+      - {engine: fsdp2, dp: $N, speed: "compile,cross_entropy"}
       - {dp: $N, fsdp: true}
 YAML
   REF="tp2 pp1 dp$((N / 2)) cp1 ep1 sp"
   PAIRS=(--pair "tp1 pp1 dp$N cp1 ep1 fsdp2" "$REF"
-         --pair "tp1 pp1 dp$N cp1 ep1 fsdp2 speed-cross_entropy" "$REF"
+         --pair "tp1 pp1 dp$N cp1 ep1 fsdp2 speed-compile+cross_entropy" "$REF"
          --pair "tp1 pp1 dp$N cp1 ep1 fsdp" "$REF")
 fi
 FOLDER="$RESULTS/$NAME"

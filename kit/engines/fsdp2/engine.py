@@ -7,10 +7,11 @@ losses can be checked against the one-process run. Each transformer block is one
 output layer. Under mixed precision FSDP2 keeps fp32 parameter shards (the
 master weights AdamW updates), gathers them in the training dtype for compute and
 reduce-scatters gradients in fp32. Within a step's micro-batches, for a model that fits a
-device easily (:func:`accumulates_unsharded`), gradients accumulate unsharded and gathered
-weights stay until the last micro-batch, whose backward reduce-scatters once; otherwise each
-micro-batch reduce-scatters its gradients and gathers the weights anew, as FSDP2 does by
-default.
+device easily (:func:`accumulates_unsharded`), each block's weights are gathered once in the
+step's first forward and kept (not gathered again for its backward), gradients accumulate
+unsharded, and the last micro-batch's backward reduce-scatters them and frees the weights;
+otherwise each block is gathered for its forward and again for its backward in every
+micro-batch, which also reduce-scatters its gradients, as FSDP2 does by default.
 """
 
 import os
@@ -124,7 +125,8 @@ class FSDP2Engine(Engine):
                   if low is not None else MixedPrecisionPolicy())
         for block in model.layers:
             if isinstance(getattr(block, "_orig_mod", block), Block):
-                fully_shard(block, mesh=mesh, mp_policy=policy)
+                fully_shard(block, mesh=mesh, mp_policy=policy,
+                            reshard_after_forward=not self._unsharded)
         self.model = fully_shard(model, mesh=mesh, mp_policy=policy)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
