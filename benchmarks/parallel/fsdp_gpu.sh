@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 35's FSDP goals on one node, Megatron-FSDP (--fsdp) against PyTorch FSDP2
-# (--engine fsdp2, compiled blocks) and the layouts each goal names, one profiled measured step
+# (--engine fsdp2) and the layouts each goal names, one profiled measured step
 # per point, in 10-minute device calls that resume (the sweep folders live in
 # results/fsdp/, which persist while the machine stays warm):
 #   PART=small benchmarks/parallel/fsdp_gpu.sh   # gpt3-1.3b mb2 gb16 over every GPU:
