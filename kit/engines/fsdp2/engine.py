@@ -33,7 +33,7 @@ from kit.spec.workload import padded_vocab_size
 
 DEFAULT = frozenset({"cross_entropy"})
 """On by default on NVIDIA GPUs. Compiled blocks are not: on 2 H200s they made gpt3-1.3b DP2
-slower (0.704 s a step against 0.555 s; the step is paced by the host) and gpt3-175b-4l no faster
+slower (0.436 s a step against 0.359 s; the step is paced by the host) and gpt3-175b-4l no faster
 (1.729 s against 1.726 s), benchmarks/parallel/results/h200x2-fsdp.txt."""
 
 DEFAULT_AMD = DEFAULT
@@ -52,8 +52,7 @@ def compile_blocks(model: CausalLM) -> None:
 
     FSDP2's hooks then sit on the wrapper, outside the compiled region, as in torchtitan;
     ``nn.Module.compile`` (what the deepspeed engine uses) compiles the module's call with its
-    hooks, which FSDP2's hooks break into many graphs (measured: 0.565 s a step against 0.492 s
-    uncompiled, gpt3-1.3b DP2 on 2 H200s). The blocks share one compiled graph.
+    hooks, which FSDP2's hooks break into many graphs. The blocks share one compiled graph.
     """
     for i, layer in enumerate(model.layers):
         if isinstance(layer, Block):
