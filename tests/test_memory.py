@@ -380,3 +380,17 @@ def test_estimate_matches_recorded_gpu_runs(bundle, tolerance):
     for rank in b.metrics.per_rank:
         predicted = est.stages[rank["pp_rank"]].allocated_bytes
         assert predicted == pytest.approx(rank["mem_peak_bytes"], rel=tolerance), rank
+
+
+@pytest.mark.parametrize("platform, whole", [("h200", True), ("h100", False)])
+def test_fsdp2_counts_what_a_step_keeps_whole(platform, whole):
+    """FSDP2 shards fp32 weights, grads and both moments (16 bytes a parameter over DP); where a
+    step accumulates unsharded (gpt3-175b-4l's 6 bytes a parameter fit 0.4 of an H200, not of
+    an H100) every rank also holds the bf16 weights and fp32 gradients whole."""
+    cfg = cfg_for(workload="gpt3-175b-4l", platform=platform, engine="fsdp2", dp=2,
+                  micro_batch_size=1, global_batch_size=16)
+    s = estimate_memory(cfg).stages[0]
+    n = s.parameters
+    assert s.optimizer_bytes == pytest.approx(8 * n / 2, rel=1e-6)
+    assert s.weights_bytes == pytest.approx((4 / 2 + (2 if whole else 0)) * n, rel=1e-6)
+    assert s.grads_bytes == pytest.approx((4 / 2 + (4 if whole else 0)) * n, rel=1e-6)

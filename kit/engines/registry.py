@@ -86,6 +86,11 @@ class EngineSpec(ABC):
         ``zero_stage`` overrides a ZeRO-style stage option where the engine has one.
         """
 
+    def unsharded_bytes_per_parameter(self, cfg: RunConfig) -> BytesPerParameter:
+        """Bytes per parameter an engine holds whole on every rank beside its sharded states
+        for the whole step (e.g. gathered weights it keeps); none by default."""
+        return BytesPerParameter(weights=0, grads=0, optimizer=0)
+
     @abstractmethod
     def placement(self, parallel: ParallelConfig, rank: int) -> dict[str, int]:
         """``tp_rank``, ``cp_rank``, ``dp_rank``, ``pp_rank`` and ``ep_rank`` of ``rank``."""

@@ -55,8 +55,9 @@ class StageMemory(BaseModel):
     micro_batches_in_flight: int = Field(
         ge=1, description="Model chunks whose activations are held at the peak (1F1B warm-up)."
     )
-    weights_bytes: int = Field(ge=0, description="Model weights.")
-    grads_bytes: int = Field(ge=0, description="Gradient buffers.")
+    weights_bytes: int = Field(ge=0, description="Model weights (and whole copies an engine "
+                               "keeps gathered through the step).")
+    grads_bytes: int = Field(ge=0, description="Gradient buffers (and unsharded accumulators).")
     optimizer_bytes: int = Field(ge=0, description="fp32 master weights and AdamW moments.")
     activations_bytes: int = Field(ge=0, description="Activations saved for backward at the peak.")
     logits_bytes: int = Field(ge=0, description="Logits and cross-entropy buffers (last stage).")
@@ -328,6 +329,7 @@ def stage_memory(cfg: RunConfig, stage: int, zero_stage: int | None = None) -> S
     params = stage_parameters(cfg, stage)
     per = bytes_per_parameter(cfg)
     shard = sharding(cfg, zero_stage)
+    whole = engine_spec(cfg.engine).unsharded_bytes_per_parameter(cfg)
     dp_group = p.dp * p.cp
     expert_group = max(dp_group // p.ep, 1)
 
@@ -339,8 +341,8 @@ def stage_memory(cfg: RunConfig, stage: int, zero_stage: int | None = None) -> S
         stage=stage,
         parameters=params.dense + params.expert,
         micro_batches_in_flight=micro_batches_in_flight(cfg, stage),
-        weights_bytes=state(per.weights, shard.weights),
-        grads_bytes=state(per.grads, shard.grads),
+        weights_bytes=state(per.weights, shard.weights) + state(whole.weights, False),
+        grads_bytes=state(per.grads, shard.grads) + state(whole.grads, False),
         optimizer_bytes=state(per.optimizer, shard.optimizer),
         activations_bytes=activation_bytes(cfg, stage),
         logits_bytes=logits_bytes(cfg, stage),

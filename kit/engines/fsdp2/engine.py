@@ -21,12 +21,11 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
-from kit.analysis.flops import params_count
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed.model import Block, CausalLM, drawing_on
 from kit.engines.deepspeed.speed import loss_function
-from kit.engines.fsdp2.spec import SPEED_FEATURES
+from kit.engines.fsdp2.spec import SPEED_FEATURES, accumulates_unsharded
 from kit.engines.kernels.features import chosen_features
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
@@ -42,10 +41,6 @@ engines' ROCm sets)."""
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-UNSHARDED_MEMORY_FRAC = 0.4
-"""Largest share of a device's memory the whole model's unsharded fp32 gradients and gathered
-16-bit weights (6 bytes a parameter) may take for a step to accumulate them unsharded."""
-
 
 def compile_blocks(model: CausalLM) -> None:
     """Replace each transformer block by its ``torch.compile`` wrapper (before sharding).
@@ -57,24 +52,6 @@ def compile_blocks(model: CausalLM) -> None:
     for i, layer in enumerate(model.layers):
         if isinstance(layer, Block):
             model.layers[i] = torch.compile(layer)
-
-
-def accumulates_unsharded(cfg: RunConfig) -> bool:
-    """Whether a step's micro-batches accumulate gradients unsharded and keep weights gathered
-    (one reduce-scatter and one all-gather per step instead of one per micro-batch).
-
-    That holds the whole model's fp32 gradients and 16-bit weights on every rank between
-    micro-batches, so only where they take at most :data:`UNSHARDED_MEMORY_FRAC` of a device
-    (gpt3-1.3b: 7.9 GB; gpt3-175b-4l: 47 GB, which fit an H200 and not an H100), or on the CPU.
-    Per micro-batch, gpt3-175b-4l DP2 on 2 H200s spent 0.75 s of a 2.15 s step in element-wise
-    kernels (casts and copies around the 16 gathers and reduce-scatters) against 0.37 s under
-    Megatron-FSDP.
-    """
-    if cfg.platform.is_cpu:
-        return True
-    memory = cfg.platform.memory_per_device_gib
-    return memory is not None and (
-        6 * params_count(cfg.workload) <= UNSHARDED_MEMORY_FRAC * memory * 2**30)
 
 
 class FSDP2Engine(Engine):
