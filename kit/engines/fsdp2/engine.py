@@ -25,7 +25,7 @@ from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed.model import Block, CausalLM, drawing_on
 from kit.engines.deepspeed.speed import loss_function
-from kit.engines.fsdp2.spec import SPEED_FEATURES, accumulates_unsharded
+from kit.engines.fsdp2.spec import accumulates_unsharded
 from kit.engines.kernels.features import chosen_features
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
