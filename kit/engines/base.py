@@ -8,6 +8,14 @@ import torch
 from kit.spec.run import RunConfig
 
 
+def rank_device(cpu: bool, local_rank: int) -> torch.device:
+    """The device a rank computes on: the host, or its node-local GPU (made current)."""
+    if cpu:
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
 @dataclass(frozen=True)
 class RankPlacement:
     """Where one rank sits in the parallel layout (filled in by the engine after setup)."""

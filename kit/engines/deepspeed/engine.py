@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
-from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
+from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.config import deepspeed_config
@@ -61,11 +61,7 @@ class DeepSpeedEngine(Engine):
         import deepspeed
 
         self.cfg = cfg
-        if cpu:
-            self.device = torch.device("cpu")
-        else:
-            torch.cuda.set_device(local_rank)
-            self.device = torch.device("cuda", local_rank)
+        self.device = rank_device(cpu, local_rank)
         deepspeed.init_distributed(
             dist_backend=cfg.platform.torch_backend,
             auto_mpi_discovery=False,

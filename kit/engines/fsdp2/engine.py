@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
-from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
+from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed.model import Block, CausalLM, drawing_on
 from kit.engines.deepspeed.speed import loss_function
@@ -77,11 +77,7 @@ class FSDP2Engine(Engine):
 
         self.cfg = cfg
         cpu = cfg.platform.is_cpu
-        if cpu:
-            self.device = torch.device("cpu")
-        else:
-            torch.cuda.set_device(local_rank)
-            self.device = torch.device("cuda", local_rank)
+        self.device = rank_device(cpu, local_rank)
         if not dist.is_initialized():
             dist.init_process_group(backend=cfg.platform.torch_backend, rank=rank,
                                     world_size=world_size)

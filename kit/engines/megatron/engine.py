@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
-from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult
+from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron import adapter, speed
@@ -92,10 +92,7 @@ class MegatronEngine(Engine):
 
             self._cpu_mode = apply_cpu_compat()
             self._cpu_mode.__enter__()
-            self.device = torch.device("cpu")
-        else:
-            torch.cuda.set_device(local_rank)
-            self.device = torch.device("cuda", local_rank)
+        self.device = rank_device(cpu, local_rank)
         # No device_id: bound to a device, torch initializes an NCCL communicator for every
         # group at its creation, and megatron-core creates a dozen or more (20-23 s of start-up
         # on 4 H100s, benchmarks/parallel/results/); unbound, each group connects at its first
