@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kit.analysis.labels import layout_label
 from kit.bundle.reader import read_bundle
 from kit.bundle.verify import verify_bundle
 
@@ -20,8 +21,8 @@ def runs(tmp_path_factory) -> dict[str, object]:
     out = {}
     for name, args in {"dp1": ("--dp", "1"),
                        "dp2": ("--dp", "2", "--recompute", "full")}.items():
-        r = kit_cli("run", "gpt3-tiny", "--engine", "fsdp2", *args, "--global-batch", "4",
-                    "--steps", "2", "--warmup", "1",
+        r = kit_cli("run", "gpt3-tiny", "--engine", "fsdp2", *args, "--micro-batch", "1",
+                    "--global-batch", "4", "--steps", "2", "--warmup", "1",
                     "--out", str(tmp_path_factory.mktemp(name)))
         assert r.returncode == 0, why_failed(r)[-3000:]
         out[name] = bundle_path(r.stdout)
@@ -42,6 +43,7 @@ def test_the_bundle_says_fsdp2_sharded_the_run(runs):
     b = read_bundle(runs["dp2"])
     assert b.manifest.status == "ok"
     assert b.manifest.config["engine"] == "fsdp2"
+    assert layout_label(b.manifest.config) == "fsdp2 dp2 recompute=full mb1 gb4"
     assert [r.dp_rank for r in b.manifest.ranks] == [0, 1]
     notes = json.loads((runs["dp2"] / "metrics.json").read_text())["notes"]
     assert any("PyTorch FSDP2 (torch.distributed.fsdp.fully_shard) over 2 ranks" in n

@@ -29,8 +29,8 @@ def layout_parts(config: dict[str, Any]) -> list[str]:
     (``collectives`` for a fabric benchmark, which trains nothing).
 
     Megatron names TP and PP always (the study's axes); DeepSpeed, which has no tensor
-    parallelism, names its ZeRO stage first and PP only when pipelined. Other degrees appear
-    when they are not 1.
+    parallelism, names its ZeRO stage first and PP only when pipelined; FSDP2 (data parallel
+    only) names neither. Other degrees appear when they are not 1.
     """
     if is_fabric(config):  # a collective benchmark: no engine trains, no batch
         return ["collectives"]
@@ -41,7 +41,7 @@ def layout_parts(config: dict[str, Any]) -> list[str]:
         parts += [f"zero{optim.get('zero', 0)}"] + (["offload"] if optim.get("offload") else [])
         parts += [f"pp{p['pp']}"] if p["pp"] != 1 else []
         parts += [f"tp{p['tp']}"] if p["tp"] != 1 else []
-    else:
+    elif engine != "fsdp2":  # FSDP2 is data parallel only
         parts += [f"tp{p['tp']}", f"pp{p['pp']}"]
     parts += [f"dp{p['dp']}"]
     parts += [f"{k}{p[k]}" for k in ("cp", "ep") if p.get(k, 1) != 1]
