@@ -238,6 +238,16 @@ def figure_ids(text: str) -> set[str]:
     return set(re.findall(r'<figure id="([^"]+)"', text))
 
 
+PER_RUN = {"power-timeline": "power-timelines", "chassis-heatmap": "chassis-heatmaps",
+           "clock-throttle": "clock-throttle-timelines"}
+"""A run's anchor for each figure of several runs, and that figure's id (without ``-k``)."""
+
+
+def run_panels(text: str) -> dict[str, str]:
+    """Each run's pointer at its rows of the figures of several runs, by anchor."""
+    return dict(re.findall(r'<p class="panel" id="([^"]+)">(.*?)</p>', text))
+
+
 def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled, tmp_path):
     out = tmp_path / "r" / "report.html"
     r = cli("report", str(H100), str(H200), str(runs["tp1a"]), str(runs["failed"]),
@@ -250,29 +260,38 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     assert not re.search(r'(href|src)="(https?:)?//', text) and "<link" not in text
     for s in sources:
         assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
-    per_bundle = ("power-timeline", "chassis-heatmap", "clock-throttle", "kernel-breakdown")
     across = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
               "exposed-comm", "link-traffic", "position-timelines", "throttle-timelines"}
-    assert figure_ids(text) == across | {"sweep"} | {
-        f"{f}-{n}" for f in per_bundle for n in range(1, 6)}
+    shared = {f"{f}-1" for f in PER_RUN.values()}  # 5 runs: one figure of each kind
+    assert figure_ids(text) == across | {"sweep"} | shared | {
+        f"kernel-breakdown-{n}" for n in range(1, 6)}
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
-    assert with_image == across | {"kernel-breakdown-5"} | {
-        f"{f}-{n}" for f in per_bundle[:3] for n in (1, 2, 5)}
+    assert with_image == across | {"kernel-breakdown-5"} | shared
+    # every run points at its rows, or says why it has none; each figure lists its runs
+    panels = run_panels(text)
+    assert set(panels) == {f"{p}-{n}" for p in PER_RUN for n in range(1, 6)}
+    drawn = {1: H100, 2: H200, 5: profiled}
+    for anchor, figure in PER_RUN.items():
+        for row, (n, bundle) in enumerate(drawn.items(), 1):
+            assert f'<a href="#{figure}-1">row {row} of 3 in ' in panels[f"{anchor}-{n}"]
+            assert re.search(rf"Rows: (\d[^;]*; )*{n}\. [^;]*\({bundle.name}\)",
+                             figures[f"{figure}-1"])
+        assert "href" not in panels[f"{anchor}-3"] + panels[f"{anchor}-4"]
     assert "do not sweep one parameter" in figures["sweep"]  # platforms and workloads differ
     # a CPU run without RAPL: the recorded reason, not a guess
     assert re.search(r"no samples of power_w: [^;]+; temp_gpu_c: [^;]+; cpu_power_w: host: ",
-                     figures["power-timeline-3"])
+                     panels["power-timeline-3"])
     assert "no profile in this bundle" in figures["kernel-breakdown-1"]
     assert "Kernel time by category" in figures["kernel-breakdown-5"]
-    assert "SM clock and active throttle reasons" in figures["clock-throttle-1"]
-    assert "by node and chassis position" in figures["chassis-heatmap-2"]
-    assert "platform cpu declares no chassis layout" in figures["chassis-heatmap-3"]
+    assert "SM clock and active throttle reasons" in figures["clock-throttle-timelines-1"]
+    assert "by node and chassis position" in figures["chassis-heatmaps-1"]
+    assert "platform cpu declares no chassis layout" in panels["chassis-heatmap-3"]
     assert "ended failed" in text and "<table>" in text
     # a table of contents linking every part; sections named by configuration
     links = set(re.findall(r'<a href="#([^"]+)">', text.split("</nav>")[0]))
-    assert links == {"comparison", "comparability", "across", "runs", "sweep"} | across | {
-        f"bundle-{n}" for n in range(1, 6)}
+    assert links == {"comparison", "comparability", "across", "runs", "sweep", "runs-1"} | (
+        across | {f"bundle-{n}" for n in range(1, 6)})
     titles = re.findall(r'<h3 id="bundle-\d">\d\. ([^<]+)</h3>', text)
     assert titles[2] == "gpt3-tiny cpu x1 fp32 tp1 mb2 gb8"  # megatron pp1 dp1: shared
     assert titles[3].endswith("[failed]")
@@ -286,8 +305,12 @@ def test_markdown_report_links_every_figure(cli, runs, tmp_path):
     links = re.findall(r"!\[[^\]]*\]\((report_figures/[^)]+\.png)\)", text)
     assert sorted(Path(link).stem for link in links) == sorted(
         ["config-bars", "efficiency", "per-gpu", "gpu-heatmap", "link-traffic",
-         "position-timelines", "throttle-timelines", "power-timeline-1", "chassis-heatmap-1",
-         "clock-throttle-1"])
+         "position-timelines", "throttle-timelines", "power-timelines-1", "chassis-heatmaps-1",
+         "clock-throttle-timelines-1"])
+    for anchor, figure in PER_RUN.items():  # the H100 run's rows; the failed run has none
+        assert re.search(rf'<a id="{anchor}-1"></a>\*[^*]+\*: \[row 1 of 1 in the figure '
+                         rf"[^\]]+\]\(#{figure}-1\)", text)
+        assert re.search(rf'<a id="{anchor}-2"></a>\*[^*]+\*: [^\[]+\.\n', text)
     assert all((tmp_path / link).read_bytes()[:4] == b"\x89PNG" for link in links)
     assert '<a id="kernel-breakdown-1"></a>' in text and "no profile in this bundle" in text
     assert "## Comparability" in text and "ended failed" in text

@@ -24,10 +24,25 @@ from .report_bundles import layouts_fixture  # noqa: F401 (the session fixture `
 
 ACROSS = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
           "exposed-comm"}
+PER_RUN = {"power-timeline": "power-timelines", "chassis-heatmap": "chassis-heatmaps",
+           "clock-throttle": "clock-throttle-timelines"}
+"""A run's anchor for each figure of several runs, and that figure's id (without ``-k``)."""
 
 
 def _figures(text: str) -> dict[str, str]:
     return dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
+
+
+def _panels(text: str) -> dict[str, str]:
+    """Each run's pointer at its rows of the figures of several runs, by anchor."""
+    return dict(re.findall(r'<p class="panel" id="([^"]+)">(.*?)</p>', text))
+
+
+def _rows_of(panels: dict[str, str], anchor: str) -> tuple[str, int]:
+    """The figure and row a run's pointer links to (fails when it has none)."""
+    found = re.search(r'<a href="#([^"]+)">row (\d+) of \d+ in ', panels[anchor])
+    assert found, f"{anchor}: {panels[anchor]}"
+    return found.group(1), int(found.group(2))
 
 
 def test_layouts_are_named_by_engine_and_layout_against_a_baseline(cli, layouts, tmp_path):
@@ -82,10 +97,11 @@ def test_a_failed_runs_telemetry_is_drawn_with_its_status(cli, layouts, tmp_path
     samples = int(re.match(r"(\d+) samples per GPU over [\d.]+ s \(1 GPU\), samples every ",
                            facts["telemetry"]).group(1))
     assert samples > 10
-    figures = _figures(text)
-    for fig in ("power-timeline-2", "chassis-heatmap-2", "clock-throttle-2"):
-        assert "<img" in figures[fig], fig
-    assert "whole record" in figures["chassis-heatmap-2"]
+    figures, panels = _figures(text), _panels(text)
+    for anchor, figure in PER_RUN.items():  # its rows, after the ok run's
+        assert _rows_of(panels, f"{anchor}-2") == (f"{figure}-1", 2)
+        assert "<img" in figures[f"{figure}-1"] and "[failed]" in figures[f"{figure}-1"]
+    assert "whole record" in panels["chassis-heatmap-2"]
 
 
 def test_markdown_has_the_html_figures(cli, layouts, tmp_path):
@@ -145,7 +161,8 @@ def test_every_figure_of_the_html_report_renders_in_chromium(cli, layouts, tmp_p
     assert r.returncode == 0, why_failed(r)
     text = report.read_text()
     expected = re.findall(r'<figure id="([^"]+)"><img ', text)
-    assert len(expected) >= 15
+    assert set(expected) >= ACROSS | {f"{f}-1" for f in PER_RUN.values()} | {
+        "kernel-breakdown-1", "kernel-breakdown-2"}
 
     probe = tmp_path / "probe.html"
     probe.write_text(text.replace("<head>", "<head>" + CATCH, 1)
@@ -196,7 +213,17 @@ def test_a_report_of_100_bundles_links_figures_drawn_once(cli, hundred, tmp_path
     text = report.read_text()
     assert report.stat().st_size < 5e6 and "base64" not in text
     linked = re.findall(r'<figure id="([^"]+)"><img src="report_figures/([^"]+)"', text)
-    assert len(linked) > 300 and all(f == f"{i}.png" for i, f in linked)
+    assert all(f == f"{i}.png" for i, f in linked)
+    # the runs' timelines and heatmaps: 8 runs a figure, every run's rows linked from its
+    # section (a run missing from its figure fails here)
+    runs = re.findall(r'<h3 id="bundle-(\d+)">', text)
+    assert len(runs) >= 100
+    shared = {f"{f}-{k}" for f in PER_RUN.values() for k in range(1, -(-len(runs) // 8) + 1)}
+    assert shared <= {i for i, _ in linked} and len(linked) < len(shared) + 12
+    panels = _panels(text)
+    for anchor, figure in PER_RUN.items():
+        rows = [_rows_of(panels, f"{anchor}-{n}") for n in runs]
+        assert rows == [(f"{figure}-{i // 8 + 1}", i % 8 + 1) for i in range(len(runs))]
     assert {f for _, f in linked} == {p.name for p in (tmp_path / "report_figures").iterdir()}
     assert '<meta name="viewport"' in text and text.count('<div class="scroll">') >= 2
     # the twin is one run: counted once, said once

@@ -1,10 +1,10 @@
 """Draw a report's figures once each, on every core of the host.
 
-A report of 100 bundles has some 400 figures, and saving them is most of its time. Each figure
-is a job (a function that builds a ``Figure``, or None when there is nothing to draw); the jobs
-run in a pool of forked processes, one per core the process may use, each returning the PNG
-bytes. The per-run views the figures draw from, and the verified bundles the comparison reads, are
-made the same way (:func:`map_forked`).
+A report of 100 bundles has some 50 figures, and drawing and saving them is most of its time.
+Each figure is a job (a function that builds a ``Figure``, or None when there is nothing to
+draw); the jobs run in a pool of forked processes, one per core the process may use, each
+returning the PNG bytes. The per-run views the figures draw from, and the verified bundles the
+comparison reads, are made the same way (:func:`map_forked`).
 Forked workers inherit the jobs and everything they read (bundles, views, scales), so nothing but
 the PNGs crosses between processes. Where ``fork`` is not available, or there are
 too few jobs to be worth a pool, they run in this process.
@@ -97,12 +97,10 @@ def map_forked(task: Callable[[int], T], count: int, workers: int | None = None)
 
 def render_all(jobs: list[Job], workers: int | None = None) -> list[bytes | None]:
     """PNG bytes of every job's figure (None where a job draws nothing), in job order."""
-    from kit.analysis.figure_reuse import reusing
     from kit.analysis.plots_common import png_bytes
 
     def render(index: int) -> bytes | None:
-        with reusing():  # one job at a time: its figure is rendered before the next is drawn
-            fig = jobs[index]()
-            return png_bytes(fig) if fig is not None else None
+        fig = jobs[index]()
+        return png_bytes(fig) if fig is not None else None
 
     return map_forked(render, len(jobs), workers)

@@ -154,8 +154,9 @@ def time_label(axis: TimeAxis) -> str:
     return label if k is None else f"{label}; left of the dotted line compressed {1 / k:.0f}x"
 
 
-def mark_steps(ax: Any, axis: TimeAxis) -> None:
-    """Shade each step window: warmup orange, measured alternating greys.
+def mark_steps(ax: Any, axis: TimeAxis, band: tuple[float, float] | None = None) -> None:
+    """Shade each step window: warmup orange, measured alternating greys; the axes' full
+    height, or ``band`` (data y from, to) when the axes holds several runs.
 
     One collection for all windows: a patch per window (``axvspan``) cost a 100-bundle report
     about a fifth of its figure time (each patch transformed and drawn on its own, through the
@@ -173,10 +174,12 @@ def mark_steps(ax: Any, axis: TimeAxis) -> None:
         else:
             fill.append(("#f6c88f", "#fadcb5")[warmup % 2])
             warmup += 1
-        spans.append([(start, 0), (start, 1), (end, 1), (end, 0)])
+        lo, hi = band or (0, 1)
+        spans.append([(start, lo), (start, hi), (end, hi), (end, lo)])
     if spans:
         ax.add_collection(PolyCollection(spans, facecolors=fill, alpha=0.6, lw=0, zorder=0,
-                                         transform=ax.get_xaxis_transform()), autolim=False)
+                                         transform=ax.transData if band else
+                                         ax.get_xaxis_transform()), autolim=False)
 
 
 def step_handles(axis: TimeAxis) -> tuple[list[Any], list[str]]:

@@ -11,11 +11,15 @@ viewport tag; tables scroll sideways in their own box).
 
 Figures across configurations come first (:mod:`kit.analysis.plots_cross`, the study's
 :mod:`kit.analysis.plots_study`), then one section
-per bundle, named by its configuration (:mod:`kit.analysis.plots_run`). Each figure has a
-stable id and a caption; a figure a bundle cannot have is replaced by a note saying why, from
-what the bundle holds (no samples, the sampler off, a field's recorded reason, no chassis
-layout, no profile). Every bundle's telemetry is drawn whatever its status: a failed run's
-samples up to the crash are kept, and its figures say how it ended.
+per bundle, named by its configuration. The runs' timelines and chassis heatmaps are small
+multiples (:mod:`kit.analysis.plots_run`): a figure per kind for every
+:data:`~kit.analysis.plots_run.ROWS_PER_FIGURE` runs, a row per run, shown before the first of
+their sections; each run's section points at its rows (:class:`RunPanel`, anchored where its own
+figures used to be). Each figure has a stable id and a caption; a figure a bundle cannot have
+is replaced by a note saying why, from what the bundle holds (no samples, the sampler off, a
+field's recorded reason, no chassis layout, no profile). Every bundle's telemetry is drawn
+whatever its status: a failed run's samples up to the crash are kept, and its rows say how it
+ended.
 
 Every bundle is verified before it is used. One that failed and is reported only because of
 ``--allow-unverified`` is named in a warning under the title, flagged in the comparison and
@@ -72,6 +76,22 @@ class FigureItem:
 
 
 @dataclass(frozen=True)
+class RunPanel:
+    """Where a run's part of a figure of several runs is: the figure and its rows, or why the
+    run has none."""
+
+    id: str
+    """The anchor in the run's section (``power-timeline-3``)."""
+    title: str
+    figure: str | None
+    """The id of the figure holding the run's rows; None when the run has nothing to draw."""
+    where: str
+    """Which rows are the run's (``row 3 of 8``), or why there are none."""
+    remark: str = ""
+    """What else to know when reading them (a short window, assumed positions)."""
+
+
+@dataclass(frozen=True)
 class Section:
     """One bundle's part of the report."""
 
@@ -82,6 +102,13 @@ class Section:
     facts: list[tuple[str, str]]
     figures: list[FigureItem]
     """Figures (:class:`FigureJob` until drawn)."""
+    panels: list[RunPanel] = field(default_factory=list)
+    """Its rows in the figures of several runs."""
+    shared: list[FigureItem] = field(default_factory=list)
+    """Figures of several runs shown before this section (the first of their runs)."""
+    shared_id: str = ""
+    shared_title: str = ""
+    """The anchor and heading of ``shared`` (``Runs 1-8: timelines and chassis heatmaps``)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +250,8 @@ def _facts(bundle: Bundle, view: RunView) -> list[tuple[str, str]]:
                           f"{len(m.inventory)} node{'s' if len(m.inventory) > 1 else ''}"
                           + (f", {len(gpus)} x {gpus[0]}" if gpus else "")),
              ("ranks", str(len(m.ranks))),
+             *((("devices", "; ".join(f"{r.place}: {r.role}" for r in view.roles)),)
+               if view.roles else ()),
              ("engine and layout", layout_label(m.config)),
              ("dtype", m.config["dtype"]),
              ("telemetry", _telemetry_fact(view)),
@@ -250,35 +279,20 @@ def _projection_section(n: int, group: Group, bundle: Bundle) -> Section:
                    facts + projection_facts(bundle.projection), [])
 
 
-def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
-    """Figures of bundle ``n``: power and temperature, chassis heatmaps, clock and throttle,
-    kernels.
-    """
-    bundle = view.bundle
+def _run_name(group: Group, bundle: Bundle) -> str:
+    """The run's configuration, and which of its group's repeats it is."""
     where = "" if len(group.bundles) == 1 else (
         f" (run {group.bundles.index(bundle) + 1} of {len(group.bundles)})")
-    name = f"{group.short}{where}"
+    return f"{group.short}{where}"
+
+
+def _section(n: int, group: Group, view: RunView) -> Section:
+    """Facts and own figures of bundle ``n`` (kernels, expert load); its timelines and chassis
+    heatmaps are rows of figures of several runs (:func:`_run_figures`)."""
+    bundle = view.bundle
+    name = _run_name(group, bundle)
     no_profile = "no profile in this bundle (charllm-kit run --profile records one)"
-    short = (" The measured window was too short for meaningful peaks: fewer power samples "
-             "than the minimum (docs/metrics.md)." if window_short(bundle) else "")
-    temp = _temp_fact(bundle)
-    steady = f" Temperature: {temp}." if temp else ""
-    assumed = (" Chassis positions are ASSUMED by the platform profile, not read from this "
-               "system." if chassis_assumed(bundle.manifest.platform) else "")
     figures = [
-        FigureJob(f"power-timeline-{n}", "power and temperature",
-                  "Power (with the power limit) and temperature of every device over time, step "
-                  f"windows shaded: {name}.{short}{steady}",
-                  lambda: plots_run.power_timeline(view, scales),
-                  _no_samples_reason(bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
-        FigureJob(f"chassis-heatmap-{n}", "chassis heatmaps",
-                  f"Mean temperature and power per GPU over the {view.scope}, by node and chassis "
-                  f"position: {name}.{assumed}", lambda: plots_run.chassis_heatmaps(view, scales),
-                  _no_heatmap_reason(view)),
-        FigureJob(f"clock-throttle-{n}", "SM clock and throttling",
-                  f"SM clock and active throttle reasons over time: {name}.",
-                  lambda: plots_run.clock_and_throttle(view, scales),
-                  _no_samples_reason(bundle, ("clock_sm_mhz", "throttle"))),
         FigureJob(f"kernel-breakdown-{n}", "kernel time", f"Kernel time by category: {name}.",
                   lambda: plots_run.kernel_breakdown(kernel_times(bundle), view), no_profile),
     ]
@@ -289,6 +303,92 @@ def _section(n: int, group: Group, view: RunView, scales: Scales) -> Section:
             f"per MoE layer, and the busiest expert over the mean per step: {name}.",
             lambda: plots_experts.expert_load(view), "no measured step counted its routing"))
     return Section(f"bundle-{n}", name, bundle, _facts(bundle, view), figures)
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of figure of several runs: its ids, words, what it draws and who is in it."""
+
+    anchor: str
+    """A run's anchor (its own figure's id before small multiples): ``power-timeline``."""
+    figure: str
+    title: str
+    caption: str
+    draw: Callable[[list[plots_run.RunRow], Scales], Figure | None]
+    rows: Callable[[list[plots_run.RunRow]], list[int]]
+    """The run number of each row it draws, top to bottom (a run of several nodes has a row
+    per node in the heatmaps)."""
+    missing: Callable[[RunView], str]
+    """Why a run is not in it."""
+
+
+_KINDS = (
+    _Kind("power-timeline", "power-timelines", "power and temperature",
+          "Power (with the power limit) and GPU temperature of every device over time, a row "
+          "per run, step windows shaded",
+          plots_run.power_timelines, lambda rows: [r.n for r in plots_run.power_rows(rows)],
+          lambda v: _no_samples_reason(v.bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
+    _Kind("clock-throttle", "clock-throttle-timelines", "SM clock and throttling",
+          "SM clock and active throttle reasons over time, a row per run",
+          plots_run.clock_throttle_timelines,
+          lambda rows: [r.n for r in plots_run.clock_rows(rows)],
+          lambda v: _no_samples_reason(v.bundle, ("clock_sm_mhz", "throttle"))),
+    _Kind("chassis-heatmap", "chassis-heatmaps", "chassis heatmaps",
+          "Mean temperature and power per GPU by node and chassis position, a row per run and "
+          "node, one colour scale per quantity set by the runs that ended ok",
+          plots_run.chassis_heatmaps,
+          lambda rows: [p.row.n for p in plots_run.chassis_panels(rows)], _no_heatmap_reason),
+)
+
+
+def _remark(kind: _Kind, view: RunView) -> str:
+    """What to know when reading a run's rows of ``kind``."""
+    bundle = view.bundle
+    if kind.anchor == "power-timeline":
+        short = (" The measured window was too short for meaningful peaks: fewer power "
+                 "samples than the minimum (docs/metrics.md)." if window_short(bundle) else "")
+        temp = _temp_fact(bundle)
+        return short + (f" Temperature: {temp}." if temp else "")
+    if kind.anchor == "chassis-heatmap":
+        scope = (f" Over the {view.scope}." if view.scope != "measured steps" else "")
+        return scope + (" Chassis positions are ASSUMED by the platform profile, not read from "
+                        "this system." if chassis_assumed(bundle.manifest.platform) else "")
+    return ""
+
+
+def _run_figures(sections: list[tuple[int, Section, RunView]], scales: Scales,
+                 ) -> list[tuple[list[FigureJob], dict[int, list[RunPanel]]]]:
+    """The figures of several runs, :data:`~kit.analysis.plots_run.ROWS_PER_FIGURE` runs
+    each, and per run number where its rows are."""
+    rows = [plots_run.RunRow(n, s.title, v) for n, s, v in sections]
+    views = {n: v for n, _, v in sections}
+    out = []
+    for k, chunk in enumerate(plots_run.chunks(rows), 1):
+        jobs, panels = [], {r.n: [] for r in chunk}
+        span = f"runs {chunk[0].n}-{chunk[-1].n}" if len(chunk) > 1 else f"run {chunk[0].n}"
+        for kind in _KINDS:
+            drawn = kind.rows(chunk)
+            fig_id = f"{kind.figure}-{k}"
+            listed = "; ".join(f"{r.n}. {r.name} ({r.view.bundle.path.name})" for r in chunk
+                               if r.n in drawn)
+            if drawn:
+                jobs.append(FigureJob(fig_id, f"{kind.title}, {span}",
+                                      f"{kind.caption}. Rows: {listed}.",
+                                      lambda kind=kind, chunk=chunk: kind.draw(chunk, scales),
+                                      ""))
+            for r in chunk:
+                at = [i for i, n in enumerate(drawn, 1) if n == r.n]
+                if not at:
+                    where = kind.missing(views[r.n])
+                elif len(at) == 1:
+                    where = f"row {at[0]} of {len(drawn)}"
+                else:
+                    where = f"rows {at[0]}-{at[-1]} of {len(drawn)}"
+                panels[r.n].append(RunPanel(f"{kind.anchor}-{r.n}", kind.title,
+                                            fig_id if at else None, where,
+                                            _remark(kind, views[r.n]) if at else ""))
+        out.append((jobs, panels))
+    return out
 
 
 @dataclass(frozen=True)
@@ -384,6 +484,16 @@ def _views(bundles: list[Bundle]) -> dict[int, RunView]:
     return {id(b): replace(v, bundle=b) for b, v in zip(bundles, made, strict=True)}
 
 
+def _shared(first: int, chunk: tuple[int, int, list[FigureItem]] | None,
+            ) -> tuple[list[FigureItem], str, str]:
+    """The figures of runs ``first`` to the chunk's last, their anchor and heading."""
+    if chunk is None:
+        return [], "", ""
+    k, last, figures = chunk
+    runs = f"Runs {first}-{last}" if last > first else f"Run {first}"
+    return figures, f"runs-{k}", f"{runs}: timelines and chassis heatmaps"
+
+
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
                  baseline: str | Path | None = None,
                  lead: Sequence[LeadSection] = ()) -> Report:
@@ -404,13 +514,20 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
     group_of = {id(b): g for g in c.groups for b in g.bundles}
     sections = [_projection_section(n, group_of[id(b)], b) if b.projection is not None
-                else _section(n, group_of[id(b)], views[id(b)], scales)
+                else _section(n, group_of[id(b)], views[id(b)])
                 for n, b in enumerate(c.bundles, 1)]
+    runs = _run_figures([(n, s, views[id(s.bundle)]) for n, s in enumerate(sections, 1)
+                         if s.bundle.projection is None], scales)
     across = _across(c, first)
-    jobs = across + [j for s in sections for j in s.figures]
+    jobs = across + [j for chunk, _ in runs for j in chunk] + [
+        j for s in sections for j in s.figures]
     pngs = dict(zip((j.id for j in jobs), render_all([j.draw for j in jobs]), strict=True))
-    sections = [Section(s.id, s.title, s.bundle, s.facts, _drawn(s.figures, pngs))
-                for s in sections]
+    panels = {n: p for _, chunk in runs for n, p in chunk.items()}
+    shared = {min(chunk): (k, max(chunk), _drawn(figs, pngs))
+              for k, (figs, chunk) in enumerate(runs, 1) if figs}
+    sections = [Section(s.id, s.title, s.bundle, s.facts, _drawn(s.figures, pngs),
+                        panels.get(n, []), *_shared(n, shared.get(n)))
+                for n, s in enumerate(sections, 1)]
     return Report(c, _drawn(across, pngs), sections,
                   datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), list(lead))
 
@@ -427,6 +544,7 @@ table.ranking td:nth-child(2) { text-align: left; white-space: nowrap; }
 tr.workload th { text-align: left; background: #e4e9f0; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { font-size: 0.9em; color: #444; } .note { color: #a05000; font-style: italic; }
+p.panel { margin: 0.3em 0; }
 .checks li { margin: 0.3em 0; } dl { display: grid; grid-template-columns: max-content auto; }
 dt { font-weight: bold; padding-right: 1em; } dd { margin: 0; min-width: 0; }
 nav { font-size: 0.9em; } .sub { color: #666; font-size: 0.9em; }
@@ -463,7 +581,9 @@ def _contents(report: Report) -> list[tuple[int, str, str]]:
               (1, "across", "Across configurations")]
     items += [(2, f.id, f.title) for f in report.across]
     items += [(1, "runs", "Runs")]
-    items += [(2, s.id, f"{n}. {s.title}") for n, s in enumerate(report.sections, 1)]
+    for n, s in enumerate(report.sections, 1):
+        items += [(2, s.shared_id, s.shared_title)] if s.shared else []
+        items += [(2, s.id, f"{n}. {s.title}")]
     return items
 
 
@@ -482,6 +602,22 @@ def _html_figure(item: FigureItem, folder: str | None) -> str:
            if folder is None else f"{html.escape(folder)}/{figure_file(item)}")
     return (f'<figure id="{item.id}"><img src="{src}" '
             f'alt="{caption}"><figcaption>{caption}</figcaption></figure>')
+
+
+def _panel_titles(report: Report) -> dict[str, str]:
+    """The title of every figure of several runs, by id."""
+    return {f.id: f.title for s in report.sections for f in s.shared}
+
+
+def _html_panel(panel: RunPanel, titles: dict[str, str]) -> str:
+    """A run's pointer at its rows, linked; or why it has none."""
+    if panel.figure is None:
+        return (f'<p class="panel" id="{panel.id}">{html.escape(panel.title)}: '
+                f'<span class="note">{html.escape(panel.where)}</span></p>')
+    figure = titles.get(panel.figure, panel.figure)
+    return (f'<p class="panel" id="{panel.id}">{html.escape(panel.title)}: '
+            f'<a href="#{panel.figure}">{html.escape(panel.where)} in the figure '
+            f"“{html.escape(figure)}”</a>.{html.escape(panel.remark)}</p>")
 
 
 def _html_contents(report: Report) -> str:
@@ -533,11 +669,16 @@ def render_html(report: Report, folder: str | None = None) -> str:
         *(_html_figure(a, folder) for a in report.across),
         '<h2 id="runs">Runs</h2>',
     ]
+    titles = _panel_titles(report)
     for n, s in enumerate(report.sections, 1):
         facts = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in s.facts)
+        if s.shared:
+            parts += [f'<h3 id="{s.shared_id}">{html.escape(s.shared_title)}</h3>',
+                      *(_html_figure(f, folder) for f in s.shared)]
         parts += [f'<h3 id="{s.id}">{n}. {html.escape(s.title)}</h3>',
                   f'<p class="sub">{html.escape(s.bundle.path.name)}</p>',
-                  f"<dl>{facts}</dl>", *(_html_figure(f, folder) for f in s.figures)]
+                  f"<dl>{facts}</dl>", *(_html_panel(p, titles) for p in s.panels),
+                  *(_html_figure(f, folder) for f in s.figures)]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -549,10 +690,17 @@ def _md_figure(item: FigureItem, folder: str) -> str:
             f"*{item.caption}*")
 
 
+def _md_panel(panel: RunPanel, titles: dict[str, str]) -> str:
+    if panel.figure is None:
+        return f'<a id="{panel.id}"></a>*{panel.title}*: {panel.where}.'
+    return (f'<a id="{panel.id}"></a>*{panel.title}*: [{panel.where} in the figure '
+            f"“{titles.get(panel.figure, panel.figure)}”](#{panel.figure}).{panel.remark}")
+
+
 def _figures(report: Report) -> list[FigureItem]:
     """Every figure of the report, in page order."""
     return [*(f for lead in report.lead for f in lead.figures), *report.across,
-            *(f for s in report.sections for f in s.figures)]
+            *(f for s in report.sections for f in (*s.shared, *s.figures))]
 
 
 def render_markdown(report: Report, folder: str) -> str:
@@ -579,9 +727,14 @@ def render_markdown(report: Report, folder: str) -> str:
         *(_md_figure(a, folder) for a in report.across),
         '<a id="runs"></a>\n\n## Runs',
     ]
+    titles = _panel_titles(report)
     for n, s in enumerate(report.sections, 1):
         facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
+        if s.shared:
+            parts += [f'<a id="{s.shared_id}"></a>\n\n### {s.shared_title}',
+                      *(_md_figure(f, folder) for f in s.shared)]
         parts += [f'<a id="{s.id}"></a>\n\n### {n}. {s.title}', facts,
+                  *(_md_panel(p, titles) for p in s.panels),
                   *(_md_figure(f, folder) for f in s.figures)]
     return markdown_safe("\n\n".join(parts) + "\n")
 

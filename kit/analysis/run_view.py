@@ -110,11 +110,13 @@ def _rows(telemetry: pa.Table, source: str, field: str) -> pa.Table:
 
 def _pairs(node: np.ndarray, dev: np.ndarray) -> list[tuple[int, int]]:
     """The distinct (node, device) pairs of the rows, sorted (numpy: a set of Python tuples
-    over every sample took a 100-bundle report a few seconds)."""
+    over every sample took a 100-bundle report a few seconds, and ``np.unique(axis=0)`` of
+    the pairs, sorting them as records, half of every bundle's view; one int64 key each is
+    sorted as numbers)."""
     if not len(node):
         return []
-    both = np.stack([np.asarray(node, np.int64), np.asarray(dev, np.int64)], 1)
-    return [(int(n), int(d)) for n, d in np.unique(both, axis=0)]
+    key = np.asarray(node, np.int64) * (1 << 32) + (np.asarray(dev, np.int64) + 1)
+    return [(int(k >> 32), int(k & 0xFFFFFFFF) - 1) for k in np.unique(key)]
 
 
 def series(telemetry: pa.Table, source: str, field: str, t0: float) -> list[DeviceSeries]:
