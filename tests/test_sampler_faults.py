@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -138,3 +139,32 @@ def test_the_pipe_folder_a_killed_launcher_left_goes_with_the_next_sampler(tmp_p
         sampler.stop()
         live.rmdir()
     assert not sampler.edge_path.parent.exists()
+
+
+@pytest.mark.timeout(120)
+def test_ranks_wait_for_the_samplers_first_sample_and_no_longer(tmp_path, monkeypatch):
+    """The sampler marks its first sample beside its pipe; a rank waits for that mark (a run
+    whose steps end before the sampler's first sample measures nothing), returns at once
+    without a sampler, and gives up at its timeout."""
+    from kit.telemetry.edges import EDGE_ENV, READY_NAME, mark_sampler_ready, wait_for_sampler
+
+    monkeypatch.delenv(EDGE_ENV, raising=False)
+    assert wait_for_sampler(timeout_s=30) == 0.0  # no sampler on this node
+    sampler = host_sampler(tmp_path / "chunks", interval_ms=20)
+    assert not sampler.edge_path.with_name(READY_NAME).exists()
+    sampler.start()  # returns once the first sample was taken
+    try:
+        monkeypatch.setenv(EDGE_ENV, str(sampler.edge_path))
+        assert sampler.edge_path.with_name(READY_NAME).exists()
+        assert wait_for_sampler(timeout_s=30) < 30
+    finally:
+        sampler.stop()
+    pipe = tmp_path / "late" / "edge"
+    pipe.parent.mkdir()
+    monkeypatch.setenv(EDGE_ENV, str(pipe))
+    assert wait_for_sampler(timeout_s=0.3) >= 0.3  # never marked: gives up
+    later = threading.Timer(0.5, mark_sampler_ready, [pipe])
+    later.start()
+    waited = wait_for_sampler(timeout_s=30)
+    later.join()
+    assert 0.5 <= waited < 30

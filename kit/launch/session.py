@@ -40,13 +40,12 @@ from kit.lifecycle import Marks, describe, launcher_marks
 from kit.spec.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
-from kit.telemetry.edges import EDGE_ENV
+from kit.telemetry.edges import EDGE_ENV, SAMPLER_START_TIMEOUT_S, mark_sampler_ready
 from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
 
 if TYPE_CHECKING:
     from kit.fabric.progress import FabricProgress
 
-SAMPLER_START_TIMEOUT_S = 60.0
 """How long the sampler may take to its first sample (it starts beside the ranks)."""
 SAMPLER_STOP_TIMEOUT_S = 10.0
 """How long the sampler may take to write its last chunk and report once asked to stop."""
@@ -150,6 +149,7 @@ def sample_and_launch(
                 marks.mark("sampler_started")
         except TelemetryError as e:
             notes.append(f"telemetry: {who} did not start: {e}")
+            mark_sampler_ready(pending[0].edge_path)  # the ranks wait for it no longer
             sampler = None
         pending.clear()
 

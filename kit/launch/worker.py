@@ -41,7 +41,7 @@ from kit.launch.stall_dumps import arm_stall_dumps
 from kit.measure_window import MAX_EXTENSION
 from kit.spec.run import RunConfig
 from kit.telemetry.base import TelemetryError
-from kit.telemetry.edges import poke_sampler
+from kit.telemetry.edges import poke_sampler, wait_for_sampler
 from kit.telemetry.zeus import ZeusStepEnergy
 
 IMPORTED_AT = time.time()
@@ -232,6 +232,10 @@ def run_rank(staging: Path) -> int:
         print(f"rank {rank}: placement {result.placement}", flush=True)
         zeus = _zeus_phase(cfg, local_rank, result)
         profiler = RankProfiler(cfg, staging, rank)
+        waited = wait_for_sampler()
+        if waited >= 0.5:
+            result.notes.append(f"waited {waited:.1f} s before the first step for the node's "
+                                "telemetry sampler to take its first sample")
         status = "ok"
         window = _MeasuredWindow(cfg, rank)
         step = 0

@@ -1,4 +1,5 @@
-"""The measured phase's edges, told to the node's sampler so it reads the energy counter then.
+"""The measured phase's edges, told to the node's sampler so it reads the energy counter then,
+and the ranks' wait for that sampler's first sample before they train.
 
 The sampler's slow lanes read the energy counter every 100-400 ms, so without help the last
 reading before a run's end can come over a second before the last measured step ends. Local
@@ -7,17 +8,31 @@ when the last one has ended: one byte into a named pipe the sampler created and 
 beside its other wake-ups. A poke is best effort and never blocks a rank: no sampler, a full
 pipe or one without a reader are all ignored (the readings then bracket the span less
 tightly, and :mod:`kit.analysis.energy` still interpolates).
+
+The sampler starts in parallel with the ranks and usually samples long before their first step.
+On a loaded host it may not: a suite run beside a busy loop per core once had the sampler take
+its first sample after a 3-step CPU run had ended, and the bundle held no power at all. So the
+sampler marks its first sample with a file beside the pipe (:func:`mark_sampler_ready`; the
+launcher marks it too when the sampler failed to start), and every rank waits for that file
+before its first step (:func:`wait_for_sampler`).
 """
 
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
 
 EDGE_ENV = "CHARLLM_SAMPLER_EDGE"
 """Environment variable holding the path of the node sampler's pipe, set for the ranks."""
+
+READY_NAME = "ready"
+"""The file beside the pipe that says the sampler has taken its first sample (or never will)."""
+
+SAMPLER_START_TIMEOUT_S = 60.0
+"""How long the launcher waits for its sampler's first sample, and a rank for the file."""
 
 EDGE_DIR_PREFIX = "charllm-sampler-"
 """The pipe's folder in the temporary directory: ``<prefix><launcher pid>-<random>``."""
@@ -71,3 +86,24 @@ def poke_sampler() -> None:
         pass
     finally:
         os.close(fd)
+
+
+def mark_sampler_ready(pipe: Path) -> None:
+    """Say, beside the sampler's pipe ``pipe``, that the ranks need not wait for it any more:
+    it has taken its first sample, or it failed to start."""
+    pipe.with_name(READY_NAME).touch()
+
+
+def wait_for_sampler(timeout_s: float = SAMPLER_START_TIMEOUT_S, poll_s: float = 0.005) -> float:
+    """Wait until this node's sampler has sampled (no wait without one); the seconds waited.
+
+    Gives up after ``timeout_s``, when the launcher gives up on the sampler too.
+    """
+    path = os.environ.get(EDGE_ENV)
+    if not path:
+        return 0.0
+    ready = Path(path).with_name(READY_NAME)
+    start = time.monotonic()
+    while not ready.exists() and time.monotonic() - start < timeout_s:
+        time.sleep(poll_s)
+    return time.monotonic() - start

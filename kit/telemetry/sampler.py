@@ -45,7 +45,12 @@ from kit.errors import KitInputError
 from kit.telemetry import load_source_class, source_target
 from kit.telemetry.base import TelemetryError, TelemetrySource
 from kit.telemetry.chunks import CHUNK_GLOB, ChunkWriter, rss_bytes
-from kit.telemetry.edges import make_edge_dir, make_edge_pipe, open_edge_pipe
+from kit.telemetry.edges import (
+    make_edge_dir,
+    make_edge_pipe,
+    mark_sampler_ready,
+    open_edge_pipe,
+)
 from kit.telemetry.field_periods import FieldPeriods
 from kit.telemetry.sampler_report import REPORT_NAME, SamplerErrorRecord, SamplerReport
 from kit.telemetry.slow_lanes import SamplerClock, SlowLane
@@ -207,6 +212,8 @@ class _SamplerLoop:
                 first_tick = last_tick
                 self.report.rss_start_bytes = rss_bytes()
                 self.report.write(self._cfg.chunks_dir / REPORT_NAME)  # what a kill leaves
+                if self._cfg.edge_path is not None:  # the ranks wait for it to train
+                    mark_sampler_ready(self._cfg.edge_path)
                 conn.send("started")
             next_tick += interval_s
             behind_s = time.monotonic() - next_tick
