@@ -163,6 +163,7 @@ def test_ranks_wait_for_the_samplers_first_sample_and_no_longer(tmp_path, monkey
     pipe.parent.mkdir()
     monkeypatch.setenv(EDGE_ENV, str(pipe))
     assert wait_for_sampler(timeout_s=0.3) >= 0.3  # never marked: gives up
+    assert wait_for_sampler(lambda: True, timeout_s=30) < 30  # told to stop: stops waiting
     later = threading.Timer(0.5, mark_sampler_ready, [pipe])
     later.start()
     waited = wait_for_sampler(timeout_s=30)

@@ -46,7 +46,6 @@ from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
 if TYPE_CHECKING:
     from kit.fabric.progress import FabricProgress
 
-"""How long the sampler may take to its first sample (it starts beside the ranks)."""
 SAMPLER_STOP_TIMEOUT_S = 10.0
 """How long the sampler may take to write its last chunk and report once asked to stop."""
 

@@ -232,7 +232,7 @@ def run_rank(staging: Path) -> int:
         print(f"rank {rank}: placement {result.placement}", flush=True)
         zeus = _zeus_phase(cfg, local_rank, result)
         profiler = RankProfiler(cfg, staging, rank)
-        waited = wait_for_sampler()
+        waited = wait_for_sampler(lambda: flag.set)
         if waited >= 0.5:
             result.notes.append(f"waited {waited:.1f} s before the first step for the node's "
                                 "telemetry sampler to take its first sample")

@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -94,16 +95,18 @@ def mark_sampler_ready(pipe: Path) -> None:
     pipe.with_name(READY_NAME).touch()
 
 
-def wait_for_sampler(timeout_s: float = SAMPLER_START_TIMEOUT_S, poll_s: float = 0.005) -> float:
+def wait_for_sampler(stopped: Callable[[], bool] = lambda: False,
+                     timeout_s: float = SAMPLER_START_TIMEOUT_S, poll_s: float = 0.005) -> float:
     """Wait until this node's sampler has sampled (no wait without one); the seconds waited.
 
-    Gives up after ``timeout_s``, when the launcher gives up on the sampler too.
+    Ends early once ``stopped()`` (the rank was told to stop), and gives up after
+    ``timeout_s``, when the launcher gives up on the sampler too.
     """
     path = os.environ.get(EDGE_ENV)
     if not path:
         return 0.0
     ready = Path(path).with_name(READY_NAME)
     start = time.monotonic()
-    while not ready.exists() and time.monotonic() - start < timeout_s:
+    while not (ready.exists() or stopped()) and time.monotonic() - start < timeout_s:
         time.sleep(poll_s)
     return time.monotonic() - start
