@@ -14,6 +14,7 @@
 # profile breakdowns). PART_BUDGET_S (default 540) bounds the sweep; PYTHON (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source benchmarks/lib.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 PART="${PART:-small}"
@@ -23,8 +24,7 @@ BUDGET="${PART_BUDGET_S:-540}"
 START=$(date +%s)
 left() { local s=$((BUDGET - ($(date +%s) - START))); echo $((s > 10 ? s : 10)); }
 N=$(nvidia-smi -L | wc -l)
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
-TAG="${GPU:-gpu}x$N" NAME="fsdp-$PART-n$N" SWEEP="$RESULTS/fsdp-$PART-n$N.yaml"
+TAG=$(gpu_tag) NAME="fsdp-$PART-n$N" SWEEP="$RESULTS/fsdp-$PART-n$N.yaml"
 if [[ "$PART" == small ]]; then
   cat > "$SWEEP" <<YAML
 name: $NAME

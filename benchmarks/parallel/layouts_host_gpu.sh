@@ -18,6 +18,7 @@
 # (layout_refs.py names a drop of more than 10% a regression).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source benchmarks/lib.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 OUT="${OUT:-results/layouts-host/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
@@ -51,9 +52,7 @@ EOF
   PAIRS=(--pair "tp1 pp1 dp2 cp1 ep1 zero3" "tp1 pp1 dp2 cp1 ep1 zero1"
          --loss-pair "tp1 pp1 dp1 cp2 ep1" "tp2 pp1 dp1 cp1 ep1")
 else
-  NGPUS=$(nvidia-smi -L | wc -l)
-  GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
-  TAG="${GPU:-gpu}x$NGPUS" NAME=node4-layouts-host SWEEP=sweeps/node4-layouts-host.yaml
+  TAG=$(gpu_tag) NAME=node4-layouts-host SWEEP=sweeps/node4-layouts-host.yaml
 fi
 FOLDER="$RESULTS/$NAME"
 {
