@@ -219,6 +219,11 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+def is_block(layer: nn.Module) -> bool:
+    """Whether ``layer`` is a transformer block, as built or wrapped by ``torch.compile``."""
+    return isinstance(getattr(layer, "_orig_mod", layer), Block)
+
+
 class WordEmbedding(nn.Module):
     """Token embedding; with tied embeddings the same module also produces the logits.
 
@@ -343,7 +348,7 @@ class CausalLM(nn.Module):
         """Language-model loss, and the MoE router loss (None for a dense model)."""
         x = tokens
         for layer in self.layers:
-            if self.recompute and isinstance(getattr(layer, "_orig_mod", layer), Block):
+            if self.recompute and is_block(layer):
                 x = checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from kit import lifecycle
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
-from kit.engines.deepspeed.model import Block, CausalLM, drawing_on
+from kit.engines.deepspeed.model import Block, CausalLM, drawing_on, is_block
 from kit.engines.deepspeed.speed import loss_function
 from kit.engines.fsdp2.spec import accumulates_unsharded
 from kit.engines.kernels.features import chosen_features
@@ -98,7 +98,7 @@ class FSDP2Engine(Engine):
         policy = (MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
                   if low is not None else MixedPrecisionPolicy())
         for block in model.layers:
-            if isinstance(getattr(block, "_orig_mod", block), Block):
+            if is_block(block):
                 fully_shard(block, mesh=mesh, mp_policy=policy,
                             reshard_after_forward=not self._unsharded)
         self.model = fully_shard(model, mesh=mesh, mp_policy=policy)
