@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kit.spec.run import RunConfig
+
 STRIDES = (1, 2, 3, 5, 7)
 
 
@@ -25,6 +27,13 @@ class SyntheticTokens:
     seed: int
     dp_rank: int
     dp_size: int
+
+    @classmethod
+    def of_run(cls, cfg: RunConfig, dp_rank: int) -> "SyntheticTokens":
+        """The batches of data-parallel rank ``dp_rank`` of ``cfg``'s run."""
+        return cls(vocab_size=cfg.workload.vocab_size, seq_length=cfg.workload.seq_length,
+                   micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, dp_rank=dp_rank,
+                   dp_size=cfg.parallel.dp)
 
     def micro_batch(self, step: int, micro: int, num_micro: int) -> dict[str, torch.Tensor]:
         """Tokens, labels and position ids of one micro-batch, on the CPU."""

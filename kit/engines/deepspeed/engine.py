@@ -105,14 +105,7 @@ class DeepSpeedEngine(Engine):
             pp_rank = self.engine.grid.get_stage_id()
         else:
             dp_rank, pp_rank = rank, 0
-        self.data = SyntheticTokens(
-            vocab_size=w.vocab_size,
-            seq_length=w.seq_length,
-            micro_batch_size=cfg.micro_batch_size,
-            seed=cfg.seed,
-            dp_rank=dp_rank,
-            dp_size=p.dp,
-        )
+        self.data = SyntheticTokens.of_run(cfg, dp_rank)
         self._last_stage = pp_rank == p.pp - 1
         return RankPlacement(
             rank=rank,

@@ -106,14 +106,7 @@ class FSDP2Engine(Engine):
             self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
             weight_decay=0.1, fused=not cpu,
         )
-        self.data = SyntheticTokens(
-            vocab_size=w.vocab_size,
-            seq_length=w.seq_length,
-            micro_batch_size=cfg.micro_batch_size,
-            seed=cfg.seed,
-            dp_rank=rank,
-            dp_size=cfg.parallel.dp,
-        )
+        self.data = SyntheticTokens.of_run(cfg, rank)
         return RankPlacement(rank=rank, local_rank=local_rank,
                              node=int(os.environ.get("GROUP_RANK", "0")),
                              tp_rank=0, pp_rank=0, dp_rank=rank)

@@ -144,14 +144,7 @@ class MegatronEngine(Engine):
         timed = cfg.phase_timers and not graph
         self._phases = PhaseTimers(self.config, cuda=not cpu) if timed else None
 
-        self.data = SyntheticTokens(
-            vocab_size=cfg.workload.vocab_size,
-            seq_length=cfg.workload.seq_length,
-            micro_batch_size=cfg.micro_batch_size,
-            seed=cfg.seed,
-            dp_rank=ps.get_data_parallel_rank(),
-            dp_size=p.dp,
-        )
+        self.data = SyntheticTokens.of_run(cfg, ps.get_data_parallel_rank())
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         self._schedule = get_forward_backward_func()
