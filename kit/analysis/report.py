@@ -320,6 +320,25 @@ class _Kind:
     per node in the heatmaps)."""
     missing: Callable[[RunView], str]
     """Why a run is not in it."""
+    remark: Callable[[RunView], str]
+    """What to know when reading a run's rows of it ("" when nothing)."""
+
+
+def _power_remark(view: RunView) -> str:
+    """What to know when reading a run's power and temperature rows: a window too short for
+    its peaks, whether the temperature settled."""
+    short = (" The measured window was too short for meaningful peaks: fewer power samples "
+             "than the minimum (docs/metrics.md)." if window_short(view.bundle) else "")
+    temp = _temp_fact(view.bundle)
+    return short + (f" Temperature: {temp}." if temp else "")
+
+
+def _chassis_remark(view: RunView) -> str:
+    """What to know when reading a run's heatmap rows: a scope other than the measured steps,
+    assumed positions."""
+    scope = f" Over the {view.scope}." if view.scope != "measured steps" else ""
+    return scope + (" Chassis positions are ASSUMED by the platform profile, not read from "
+                    "this system." if chassis_assumed(view.bundle.manifest.platform) else "")
 
 
 _KINDS = (
@@ -327,33 +346,21 @@ _KINDS = (
           "Power (with the power limit) and GPU temperature of every device over time, a row "
           "per run, step windows shaded",
           plots_run.power_timelines, lambda rows: [r.n for r in plots_run.power_rows(rows)],
-          lambda v: _no_samples_reason(v.bundle, ("power_w", "temp_gpu_c", "cpu_power_w"))),
+          lambda v: _no_samples_reason(v.bundle, ("power_w", "temp_gpu_c", "cpu_power_w")),
+          _power_remark),
     _Kind("clock-throttle", "clock-throttle-timelines", "SM clock and throttling",
           "SM clock and active throttle reasons over time, a row per run",
           plots_run.clock_throttle_timelines,
           lambda rows: [r.n for r in plots_run.clock_rows(rows)],
-          lambda v: _no_samples_reason(v.bundle, ("clock_sm_mhz", "throttle"))),
+          lambda v: _no_samples_reason(v.bundle, ("clock_sm_mhz", "throttle")),
+          lambda v: ""),
     _Kind("chassis-heatmap", "chassis-heatmaps", "chassis heatmaps",
           "Mean temperature and power per GPU by node and chassis position, a row per run and "
           "node, one colour scale per quantity set by the runs that ended ok",
           plots_run.chassis_heatmaps,
-          lambda rows: [p.row.n for p in plots_run.chassis_panels(rows)], _no_heatmap_reason),
+          lambda rows: [p.row.n for p in plots_run.chassis_panels(rows)], _no_heatmap_reason,
+          _chassis_remark),
 )
-
-
-def _remark(kind: _Kind, view: RunView) -> str:
-    """What to know when reading a run's rows of ``kind``."""
-    bundle = view.bundle
-    if kind.anchor == "power-timeline":
-        short = (" The measured window was too short for meaningful peaks: fewer power "
-                 "samples than the minimum (docs/metrics.md)." if window_short(bundle) else "")
-        temp = _temp_fact(bundle)
-        return short + (f" Temperature: {temp}." if temp else "")
-    if kind.anchor == "chassis-heatmap":
-        scope = (f" Over the {view.scope}." if view.scope != "measured steps" else "")
-        return scope + (" Chassis positions are ASSUMED by the platform profile, not read from "
-                        "this system." if chassis_assumed(bundle.manifest.platform) else "")
-    return ""
 
 
 def _run_figures(sections: list[tuple[int, Section, RunView]], scales: Scales,
@@ -386,7 +393,7 @@ def _run_figures(sections: list[tuple[int, Section, RunView]], scales: Scales,
                     where = f"rows {at[0]}-{at[-1]} of {len(drawn)}"
                 panels[r.n].append(RunPanel(f"{kind.anchor}-{r.n}", kind.title,
                                             fig_id if at else None, where,
-                                            _remark(kind, views[r.n]) if at else ""))
+                                            kind.remark(views[r.n]) if at else ""))
         out.append((jobs, panels))
     return out
 
