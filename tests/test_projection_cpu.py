@@ -295,10 +295,12 @@ def test_across_kinds_memory_bound_kernels_follow_the_bandwidth_and_gemms_the_ta
     assert (same.source_kind, other.source_kind) == ("cpua", "cpua")
     assert other.config["platform"]["name"] == "cpub"
     a, b = same.stages[0].compute_by_category_s, other.stages[0].compute_by_category_s
-    assert {"MatMul", "elementwise/memory"} <= set(a)
-    for cat in ("norm", "elementwise/memory", "other"):
-        if cat in a:
-            assert b[cat] == pytest.approx(a[cat] * 100 / 400)
+    # The optimizer's timed step is taken out of elementwise/memory and other first: on a busy
+    # host it can hold them whole and they drop out; norm is never taken.
+    memory_bound = [cat for cat in ("norm", "elementwise/memory", "other") if cat in a]
+    assert "MatMul" in a and "norm" in memory_bound, sorted(a)
+    for cat in memory_bound:
+        assert set(b) == set(a) and b[cat] == pytest.approx(a[cat] * 100 / 400)
     if "attention" in a:
         assert b["attention"] == pytest.approx(a["attention"] / 2)
     cfg = RunConfig.model_validate(same.config)
