@@ -22,3 +22,9 @@ gpu_tag() {
          | tr 'A-Z' 'a-z')
   echo "${kind:-gpu}x$(nvidia-smi -L | wc -l)"
 }
+
+# start_budget SECONDS: start the clock `left` reads (an evidence script's share of its
+# 10-minute call). left [FLOOR]: the seconds left of it, never below FLOOR (default 0), for
+# `timeout "$(left 10)" ...` or `(( $(left) > 30 ))`.
+start_budget() { BUDGET_END=$(($(date +%s) + $1)); }
+left() { local s=$((BUDGET_END - $(date +%s))) floor="${1:-0}"; echo $((s > floor ? s : floor)); }

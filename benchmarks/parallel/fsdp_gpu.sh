@@ -20,9 +20,7 @@ PY="${PYTHON:-python3}"
 PART="${PART:-small}"
 OUT="${OUT:-results/fsdp/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 RESULTS="${RESULTS:-results/fsdp}"; mkdir -p "$RESULTS"
-BUDGET="${PART_BUDGET_S:-540}"
-START=$(date +%s)
-left() { local s=$((BUDGET - ($(date +%s) - START))); echo $((s > 10 ? s : 10)); }
+start_budget "${PART_BUDGET_S:-540}"
 N=$(nvidia-smi -L | wc -l)
 TAG=$(gpu_tag) NAME="fsdp-$PART-n$N" SWEEP="$RESULTS/fsdp-$PART-n$N.yaml"
 if [[ "$PART" == small ]]; then
@@ -67,7 +65,7 @@ FOLDER="$RESULTS/$NAME"
   echo "# kit commit: ${KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   resume=(); [[ -f "$FOLDER/sweep.json" ]] && resume=(--resume)
   echo "\$ charllm-kit sweep $SWEEP --out $RESULTS ${resume[*]}"
-  timeout --signal=TERM "$(left)" "$PY" -m kit sweep "$SWEEP" --out "$RESULTS" "${resume[@]}" 2>&1 \
+  timeout --signal=TERM "$(left 10)" "$PY" -m kit sweep "$SWEEP" --out "$RESULTS" "${resume[@]}" 2>&1 \
     | grep -v -iE 'warn|^\s*$'
   "$PY" benchmarks/parallel/summarize.py "$FOLDER" --json "$RESULTS/$TAG-$PART-plain.json" > /dev/null
   "$PY" benchmarks/parallel/layout_refs.py "$RESULTS/$TAG-$PART-plain.json" "$FOLDER" \

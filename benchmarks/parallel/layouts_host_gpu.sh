@@ -23,9 +23,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 OUT="${OUT:-results/layouts-host/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 RESULTS="${RESULTS:-results/layouts-host}"; mkdir -p "$RESULTS"
-BUDGET="${PART_BUDGET_S:-520}"
-START=$(date +%s)
-left() { local s=$((BUDGET - ($(date +%s) - START))); echo $((s > 10 ? s : 10)); }
+start_budget "${PART_BUDGET_S:-520}"
 
 # Each layout against the one its goal names (layout strings as summarize.py writes them).
 PAIRS=(--pair "tp1 pp2 dp2 cp1 ep1" "tp1 pp1 dp4 cp1 ep1"
@@ -66,7 +64,7 @@ FOLDER="$RESULTS/$NAME"
   fi
   resume=(); [[ -f "$FOLDER/sweep.json" ]] && resume=(--resume)
   echo "\$ charllm-kit sweep $SWEEP --out $RESULTS ${resume[*]}"
-  timeout --signal=TERM "$(left)" "$PY" -m kit sweep "$SWEEP" --out "$RESULTS" "${resume[@]}" 2>&1 \
+  timeout --signal=TERM "$(left 10)" "$PY" -m kit sweep "$SWEEP" --out "$RESULTS" "${resume[@]}" 2>&1 \
     | grep -v -iE 'warn|^\s*$'
   echo "\$ python3 benchmarks/parallel/layout_refs.py (pairs above) and summarize.py $FOLDER --json $TAG-layouts-host.json"
   "$PY" benchmarks/parallel/summarize.py "$FOLDER" --json "$RESULTS/$TAG-plain.json" > /dev/null

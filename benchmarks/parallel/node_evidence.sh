@@ -15,12 +15,10 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-results/node-evidence/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 NGPUS=$(nvidia-smi -L | wc -l)
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
-TAG="${GPU:-gpu}x$NGPUS"
+source benchmarks/lib.sh
+TAG=$(gpu_tag)
 RESULTS=results/node-evidence
-BUDGET="${PART_BUDGET_S:-480}"
-START=$(date +%s)
-left() { local s=$((BUDGET - ($(date +%s) - START))); echo $((s > 10 ? s : 10)); }
+start_budget "${PART_BUDGET_S:-480}"
 header() {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$NGPUS, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
   python3 -c "import torch, megatron.core as m, deepspeed; print('# torch', torch.__version__, 'megatron-core', m.__version__, 'deepspeed', deepspeed.__version__)" 2>&1 | tail -1
@@ -31,7 +29,7 @@ sweep_part() {  # SWEEP_FILE NAME
   local file="$1" name="$2" folder="$RESULTS/$2"
   local resume=(); [[ -f "$folder/sweep.json" ]] && resume=(--resume)
   echo "\$ charllm-kit sweep $file --out $RESULTS ${resume[*]}"
-  timeout --signal=TERM "$(left)" python3 -m kit sweep "$file" --out "$RESULTS" "${resume[@]}" 2>&1 \
+  timeout --signal=TERM "$(left 10)" python3 -m kit sweep "$file" --out "$RESULTS" "${resume[@]}" 2>&1 \
     | grep -v -iE 'warn|^\s*$'
   echo "\$ python3 benchmarks/parallel/summarize.py $folder --json $TAG-$PART.json"
   python3 benchmarks/parallel/summarize.py "$folder" --json "$OUT/$TAG-$PART.json" \
@@ -51,7 +49,7 @@ pack() {  # FOLDER: manifests, metrics and breakdowns of its bundles
              sweep_part sweeps/node4-small-shapes.yaml node4-small-shapes
              pack "$RESULTS/node4-small-shapes" ;;
     refs)
-      echo "\$ python3 benchmarks/parallel/dp_scaling.py --gpus $NGPUS --micro-batch 2 --accum 2 --kit-args --dist-optimizer"
+      echo "\$ python3 benchmarks/parallel/dp_scaling.py --gpus $NGPUS --micro-batch 2 --accum 2 --kit-args=--dist-optimizer"
       python3 benchmarks/parallel/dp_scaling.py --gpus "$NGPUS" --micro-batch 2 --accum 2 \
         --kit-args=--dist-optimizer --json "$OUT/$TAG-dp_scaling.json" 2>&1 | grep -v -i warn
       echo "\$ python3 benchmarks/parallel/tp_reference.py --gpus $NGPUS --tp 2 --micro-batch 2 --global-batch 16 --kit"
@@ -80,7 +78,7 @@ EOF
       # The parallel-layout CPU tests under this machine's Python and megatron-core, every GPU
       # hidden (the kit then detects the cpu platform; ranks run over gloo).
       echo "\$ CUDA_VISIBLE_DEVICES= python3 -m pytest -q -p no:cacheprovider tests/test_megatron_parallel_cpu.py tests/test_visible_devices.py tests/test_engine_numerics.py"
-      CUDA_VISIBLE_DEVICES= timeout "$(left)" python3 -m pytest -q -p no:cacheprovider \
+      CUDA_VISIBLE_DEVICES= timeout "$(left 10)" python3 -m pytest -q -p no:cacheprovider \
         --durations=15 tests/test_megatron_parallel_cpu.py tests/test_visible_devices.py \
         tests/test_engine_numerics.py 2>&1 | tail -60 ;;
     *) echo "usage: $0 layouts|small|refs|cpu019" >&2; exit 2 ;;

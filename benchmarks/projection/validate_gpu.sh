@@ -49,7 +49,8 @@ else
 fi
 TAG="${GPU}x${NGPU}"
 exec > >(tee -a "$OUT/validate-$TAG.log") 2>&1
-left() { echo $((BUDGET_S - SECONDS)); }
+source benchmarks/lib.sh
+start_budget "$BUDGET_S"
 have() { ls "$1"/2*/manifest.json >/dev/null 2>&1; }  # a finished bundle there (resume)
 bundles_in() {  # the bundles among the paths that ended ok (a failed input would stop project)
   python3 - "$@" <<'PY'

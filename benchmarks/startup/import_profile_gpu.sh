@@ -19,7 +19,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 START=$(date +%s)
-BUDGET="${BUDGET_S:-170}"
 OUT="${OUT:-results/startup/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 source benchmarks/lib.sh
 use_carried_wheels
@@ -29,7 +28,7 @@ TAG="${GPU}x1"
 PLATFORM="${PLATFORM:-$GPU}" WORKLOAD="${WORKLOAD:-gpt3-1.3b}"  # others: a CPU rehearsal
 PYPLAT=$([[ "$PLATFORM" == cpu ]] && echo cpu || echo cuda)
 RUNS="${RUNS:-/tmp/import-profile-runs}"
-left() { echo $((BUDGET - ($(date +%s) - START))); }
+start_budget "${BUDGET_S:-170}"
 
 kit_run() {  # NAME CACHE: one gpt3-1.3b run, --json; its answer appended to runs.jsonl
   local name="$1" cache="$2" limit; limit=$(left)

@@ -15,7 +15,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 START=$(date +%s)
-BUDGET="${BUDGET_S:-540}"
 HARD_END=$((START + ${HARD_S:-560}))  # every child is gone by then (default 9 min 20 s)
 OUT="${OUT:-results/startup/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 RESULTS="${RESULTS:-results/startup}"; mkdir -p "$RESULTS"
@@ -24,7 +23,7 @@ SMALL="${SMALL_SWEEP:-sweeps/node4-small-shapes.yaml}"
 source benchmarks/lib.sh
 use_carried_wheels
 TAG=$(gpu_tag); NGPUS=${TAG##*x}
-left() { echo $((BUDGET - ($(date +%s) - START))); }
+start_budget "${BUDGET_S:-540}"
 
 sweep_files() {  # [NAME SOURCE POINTS]...: $RESULTS/NAME.yaml, SOURCE renamed, its first POINTS
   python3 - "$RESULTS" "$@" <<'PY'

@@ -18,8 +18,8 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-results/study/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 NGPUS=$(nvidia-smi -L | wc -l)
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
-TAG="${GPU:-gpu}x$NGPUS"
+source benchmarks/lib.sh
+TAG=$(gpu_tag)
 RESULTS=results/study
 BUDGET="${STUDY_BUDGET_S:-540}"
 header() {

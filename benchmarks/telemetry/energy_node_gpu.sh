@@ -19,12 +19,10 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-results/energy-node}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 NGPUS=$(nvidia-smi -L | wc -l)
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
-TAG="${GPU:-gpu}x$NGPUS"
-BUDGET="${BUDGET_S:-560}"
+source benchmarks/lib.sh
+TAG=$(gpu_tag)
 STUDY_FROM="${STUDY_FROM:-1}"
-START=$(date +%s)
-left() { echo $((BUDGET - ($(date +%s) - START))); }
+start_budget "${BUDGET_S:-560}"
 RESULTS=results/energy-node
 mkdir -p "$RESULTS"
 if [[ "$STUDY_FROM" -gt 1 ]]; then   # the study layouts from point STUDY_FROM on, as their own sweep
