@@ -81,13 +81,21 @@ def run_sampler(
 
 
 def test_host_sampler_rows_columns_and_period(tmp_path: Path) -> None:
-    """Host rows at 20 ms have every column, the measured fields, and a steady period."""
+    """Host rows at 20 ms have every column, the measured fields, and a period on the 20 ms
+    grid: each tick of the time sampled taken or counted as missed (a loaded host misses some;
+    how many is not this test's business)."""
     report, rows = run_sampler(tmp_path, [("host", {"node": 3})], 1.0, interval_ms=20)
 
     assert read_chunks(tmp_path).schema == TELEMETRY_ARROW_SCHEMA
     assert list(rows[0]) == list(TELEMETRY_COLUMNS)
-    assert 35 <= len(rows) == report.rows_written == report.ticks <= 60
-    assert 18.0 <= report.mean_period_ms <= 30.0
+    assert 5 <= len(rows) == report.rows_written == report.ticks
+    span_s = rows[-1]["t"] - rows[0]["t"]
+    assert report.mean_period_ms == pytest.approx(1000 * span_s / (len(rows) - 1), rel=1e-3)
+    assert report.mean_period_ms >= 19.0  # never faster than asked
+    # Periods of the grid between the first and the last tick: a tick is never early, and one
+    # taken late (a descheduled sampler) is late by a few ms, not by the ticks it missed.
+    grid = report.ticks - 1 + report.missed_ticks
+    assert grid >= 35 and grid * 0.020 - 0.001 <= span_s <= (grid + 3) * 0.020, (grid, span_s)
     assert all(r["node"] == 3 and r["device"] is None and r["source"] == "host" for r in rows)
     # None means the kernel's CPU counters (10 ms ticks) did not advance since the last row: so
     # always for the first row, which follows the source's construction by microseconds, and
@@ -138,7 +146,7 @@ def test_failing_source_is_dropped_and_host_keeps_sampling(tmp_path: Path, monke
     report, rows = run_sampler(
         tmp_path,
         [("flaky", {"node": 0, "ok_samples": 5}), ("host", {"node": 0})],
-        0.6,
+        1.0,
         interval_ms=20,
     )
 
@@ -148,8 +156,8 @@ def test_failing_source_is_dropped_and_host_keeps_sampling(tmp_path: Path, monke
     gpu_rows = [r for r in rows if r["source"] == "gpu"]
     host_rows = [r for r in rows if r["source"] == "host"]
     assert len(gpu_rows) == 5 and all(r["power_w"] == 300.0 for r in gpu_rows)
-    assert len(host_rows) == report.ticks > 10
-    assert sum(r["t"] > error.t for r in host_rows) >= 5
+    assert len(host_rows) == report.ticks > 6  # the flaky source failed on the sixth tick
+    assert sum(r["t"] > error.t for r in host_rows) >= 3
     assert report.sources["flaky"] == {"power_w": FieldInfo(True)}
 
 
@@ -177,10 +185,13 @@ def test_sampler_ignores_ctrl_c(tmp_path: Path) -> None:
     sampler = TelemetrySampler([("host", {"node": 0})], interval_ms=20, chunks_dir=tmp_path)
     sampler.start()
     assert sampler.pid is not None
+    signalled = time.time()
     os.kill(sampler.pid, signal.SIGINT)
-    time.sleep(0.3)
+    time.sleep(0.5)
     report = sampler.stop()
-    assert report.errors == [] and report.ticks >= 10
+    assert report.errors == [] and report.complete and report.ended_by == "stop"
+    rows = read_chunks(tmp_path).to_pylist()
+    assert len(rows) == report.ticks and rows[-1]["t"] > signalled  # it sampled on after it
 
 
 def test_sampler_memory_stays_flat_at_1ms(tmp_path: Path) -> None:
