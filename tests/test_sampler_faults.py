@@ -165,7 +165,9 @@ def test_ranks_wait_for_the_samplers_first_sample_and_no_longer(tmp_path, monkey
     assert wait_for_sampler(timeout_s=0.3) >= 0.3  # never marked: gives up
     assert wait_for_sampler(lambda: True, timeout_s=30) < 30  # told to stop: stops waiting
     later = threading.Timer(0.5, mark_sampler_ready, [pipe])
+    started = time.monotonic()
     later.start()
     waited = wait_for_sampler(timeout_s=30)
+    # Until the mark, not before it: the wait itself starts a little after the timer does.
+    assert time.monotonic() - started >= 0.5 and 0 < waited < 30
     later.join()
-    assert 0.5 <= waited < 30
