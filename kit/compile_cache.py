@@ -121,8 +121,15 @@ def entries(directory: Path) -> int:
     Python bytecode is not counted: it says nothing about the kernels' compiles."""
     if not directory.is_dir():
         return 0
-    return sum(1 for p in directory.rglob("*")
-               if p.is_file() and p.relative_to(directory).parts[0] != BYTECODE)
+    count = 0
+    for top in os.scandir(directory):  # the bytecode folder (thousands of files) is not walked
+        if top.name == BYTECODE:
+            continue
+        if top.is_file():
+            count += 1
+        elif top.is_dir():
+            count += sum(len(files) for _, _, files in os.walk(top.path))
+    return count
 
 
 def bytecode_environment(directory: Path, probe: str = "torch") -> dict[str, str]:

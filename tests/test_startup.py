@@ -173,6 +173,26 @@ def test_megatron_core_imports_without_the_compiler_and_still_compiles():
     assert r.stdout.splitlines()[-2:] == ["[]", "True True"]
 
 
+
+def test_zeus_imports_without_scikit_learn_which_stays_importable():
+    """A rank's Zeus monitor no longer imports scikit-learn (4.5 s of an H200 rank's first
+    step): zeus's one use of it, ``auc``, is the trapezoid rule, and the real scikit-learn is
+    what a later import gets."""
+    code = (
+        "import sys\n"
+        "from kit.telemetry.zeus import import_zeus_monitor\n"
+        "monitor = import_zeus_monitor()\n"
+        "import zeus.monitor.power as power\n"
+        "print(monitor.__name__, sorted(m for m in ('sklearn', 'scipy.stats') if m in sys.modules),"
+        " power.auc([0.0, 1.0, 3.0], [2.0, 4.0, 0.0]))\n"
+        "import sklearn.metrics\n"
+        "print(hasattr(sklearn.metrics, 'roc_auc_score'), sklearn.metrics.auc([0.0, 1.0, 3.0],"
+        " [2.0, 4.0, 0.0]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-2:] == ["ZeusMonitor [] 7.0", "True 7.0"]
+
 def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path, monkeypatch):
     """PYTHONDONTWRITEBYTECODE over a package without .pyc files: the ranks get a prefix in the
     keyed folder, Python writes there and not beside the sources; the compiled-artifact count

@@ -7,9 +7,49 @@ measures the one GPU it drives. ``metrics.json`` ``power.zeus_vs_counter`` cross
 sum against the sampler's counter (:func:`kit.analysis.power.zeus_cross_check`).
 """
 
+import sys
+import types
 from typing import Any
 
+import numpy as np
+
 from kit.telemetry.base import TelemetryError, TelemetryNotSupportedError
+
+
+def _trapezoid_auc(x: Any, y: Any) -> float:
+    """Area under ``y`` over increasing ``x`` by the trapezoid rule: scikit-learn's ``auc``."""
+    trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy < 2 names it trapz
+    return float(trapezoid(y, x))
+
+
+def import_zeus_monitor() -> type:
+    """Zeus's ``ZeusMonitor``, imported without scikit-learn unless it is loaded already.
+
+    ``zeus.monitor.power`` imports ``sklearn.metrics.auc`` at module level for one use: the
+    area under a ``PowerMonitor``'s power timeline, which ``ZeusMonitor`` builds only for GPUs
+    without an energy counter (older than Volta). Importing scikit-learn, and scipy.stats with
+    it, took 4.5 s of every rank's first step on an H200
+    (benchmarks/startup/results/first-step-pyspy-h200x1-becd4f9.txt). While zeus imports,
+    ``sklearn.metrics`` is a module holding only ``auc`` (the same trapezoid rule); afterwards
+    both names leave ``sys.modules``, so whatever imports scikit-learn later gets the real one.
+
+    Raises:
+        ImportError: Zeus is not installed.
+    """
+    if "zeus.monitor" in sys.modules or "sklearn" in sys.modules:
+        from zeus.monitor import ZeusMonitor
+        return ZeusMonitor
+    package, metrics = types.ModuleType("sklearn"), types.ModuleType("sklearn.metrics")
+    metrics.auc = _trapezoid_auc  # type: ignore[attr-defined]
+    package.metrics = metrics  # type: ignore[attr-defined]
+    sys.modules.update({"sklearn": package, "sklearn.metrics": metrics})
+    try:
+        from zeus.monitor import ZeusMonitor
+    finally:
+        for name, module in (("sklearn", package), ("sklearn.metrics", metrics)):
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+    return ZeusMonitor
 
 
 class ZeusStepEnergy:
@@ -22,7 +62,7 @@ class ZeusStepEnergy:
             TelemetryNotSupportedError: Zeus is not installed or finds no usable GPU.
         """
         try:
-            from zeus.monitor import ZeusMonitor
+            ZeusMonitor = import_zeus_monitor()
         except ImportError as e:
             raise TelemetryNotSupportedError(f"zeus is not installed: {e}") from None
         self._gpu = gpu_index
