@@ -35,6 +35,7 @@ from importlib import metadata
 from pathlib import Path
 
 import kit
+from kit import bytecode_precompile
 
 CACHE_ENV = "CHARLLM_COMPILE_CACHE"
 """Environment variable naming the cache's root folder (or ``off``)."""
@@ -161,8 +162,10 @@ def prepare() -> dict[str, object] | None:
 
     Called by the launcher before it starts ranks (they inherit the environment). Returns what
     the manifest records: ``dir``, ``key`` (its parts), ``warm`` (whether it held artifacts
-    before this run), ``entries_before`` and ``bytecode`` (the ranks' bytecode folder, or None
-    where the installation keeps its own: bytecode_environment); None when the cache is off.
+    before this run), ``entries_before``, ``bytecode`` (the ranks' bytecode folder, or None
+    where the installation keeps its own: bytecode_environment) and ``bytecode_precompile``
+    (whether this run began filling that folder in the background, kit.bytecode_precompile);
+    None when the cache is off.
     """
     root = cache_root()
     if root is None:
@@ -173,11 +176,13 @@ def prepare() -> dict[str, object] | None:
     directory.mkdir(parents=True, exist_ok=True)
     os.environ.update(environment(directory))
     bytecode = bytecode_environment(directory)
+    precompiling = False
     if bytecode:
         os.environ.update(bytecode)
         os.environ.pop("PYTHONDONTWRITEBYTECODE")  # the prefix keeps the sources' folders clean
+        precompiling = bytecode_precompile.start(directory / BYTECODE) is not None
     return {"dir": str(directory), "key": parts, "warm": before > 0, "entries_before": before,
-            "bytecode": bytecode.get("PYTHONPYCACHEPREFIX")}
+            "bytecode": bytecode.get("PYTHONPYCACHEPREFIX"), "bytecode_precompile": precompiling}
 
 
 def describe_root() -> list[tuple[str, str]]:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kit import compile_cache
+from kit import bytecode_precompile, compile_cache
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 PROBE = """
 import json, sys
-from kit import compile_cache
+from kit import bytecode_precompile, compile_cache
 info = compile_cache.prepare()  # before torch, as a rank inherits it from its launcher
 import torch
 from torch._dynamo.utils import counters
@@ -193,6 +193,7 @@ def test_zeus_imports_without_scikit_learn_which_stays_importable():
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[-2:] == ["ZeusMonitor [] 7.0", "True 7.0"]
 
+
 def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path, monkeypatch):
     """PYTHONDONTWRITEBYTECODE over a package without .pyc files: the ranks get a prefix in the
     keyed folder, Python writes there and not beside the sources; the compiled-artifact count
@@ -224,6 +225,38 @@ def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path
 
     py_compile.compile(str(pkg / "__init__.py"), doraise=True)  # beside the source
     assert compile_cache.bytecode_environment(keyed, probe="nopyc") == {}
+
+
+def test_a_fresh_bytecode_folder_is_filled_once_in_the_background(tmp_path, monkeypatch):
+    """Where the ranks' bytecode lives in the cache, the launcher byte-compiles their packages
+    into it on spare cores (a fresh machine's ranks then read most modules compiled), marks it
+    complete, and later runs start nothing; the interpreter then imports from that folder."""
+    pkg = tmp_path / "pkgs" / "nopyc"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from nopyc.sub import mod\nVALUE = mod.X\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "mod.py").write_text("X = 7\n")
+    monkeypatch.syspath_prepend(str(pkg.parent))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    prefix = tmp_path / "cache" / compile_cache.BYTECODE
+    roots = bytecode_precompile.package_roots(("nopyc", "not_a_package_here"))
+    assert roots == [str(pkg)]
+    proc = bytecode_precompile.start(prefix, roots, workers=2)
+    assert proc is not None and proc.wait(timeout=300) == 0
+    compiled = sorted(str(p.relative_to(prefix).with_suffix("").with_suffix(""))
+                      for p in prefix.rglob("*.pyc") if "nopyc" in p.parts)
+    base = str(pkg.relative_to(pkg.anchor))
+    assert compiled == [f"{base}/__init__", f"{base}/sub/__init__", f"{base}/sub/mod"]
+    assert (prefix / bytecode_precompile.DONE).exists()
+    assert not list(pkg.rglob("__pycache__"))  # nothing beside the sources
+    assert bytecode_precompile.start(prefix, roots) is None  # complete: nothing to start
+    before = {p: p.stat().st_mtime_ns for p in prefix.rglob("*.pyc") if "nopyc" in p.parts}
+    r = subprocess.run([sys.executable, "-c", "import nopyc; print(nopyc.VALUE)"],
+                       env=dict(os.environ, PYTHONPATH=str(pkg.parent),
+                                PYTHONPYCACHEPREFIX=str(prefix)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "7", r.stderr
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # read, not written again
 
 
 EARLY_GROUP = """
