@@ -9,8 +9,9 @@ warm (``benchmarks/startup/results/h200x1-startup-ab-zeus.txt``), and more insid
 step (dynamo and inductor). One background ``compileall`` over those packages with a worker
 per spare core writes the same files (``PYTHONPYCACHEPREFIX``) ahead of the ranks, which read
 whatever is written by the time they import it and compile the rest as before; both write
-atomically, so a race costs only the duplicate work. A marker file says a folder is complete,
-so later runs start nothing.
+atomically, so a race costs only the duplicate work. A marker file says a folder was filled
+(a file that does not compile, if any, is left to whatever imports it), so later runs start
+nothing.
 """
 
 import importlib.util
@@ -29,9 +30,9 @@ DONE = ".precompiled"
 _SCRIPT = """
 import compileall, pathlib, sys
 prefix, workers, *roots = sys.argv[1:]
-ok = all([compileall.compile_dir(root, quiet=2, workers=int(workers)) for root in roots])
-if ok:
-    (pathlib.Path(prefix) / {done!r}).touch()
+for root in roots:  # a file that does not compile is left to the importer, as before
+    compileall.compile_dir(root, quiet=2, workers=int(workers))
+(pathlib.Path(prefix) / {done!r}).touch()
 """.format(done=DONE)
 
 

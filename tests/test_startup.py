@@ -230,12 +230,14 @@ def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path
 def test_a_fresh_bytecode_folder_is_filled_once_in_the_background(tmp_path, monkeypatch):
     """Where the ranks' bytecode lives in the cache, the launcher byte-compiles their packages
     into it on spare cores (a fresh machine's ranks then read most modules compiled), marks it
-    complete, and later runs start nothing; the interpreter then imports from that folder."""
+    filled even where a file does not compile, and later runs start nothing; the interpreter
+    then imports from that folder."""
     pkg = tmp_path / "pkgs" / "nopyc"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from nopyc.sub import mod\nVALUE = mod.X\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "mod.py").write_text("X = 7\n")
+    (pkg / "sub" / "broken.py").write_text("def (:\n")  # left to whatever imports it
     monkeypatch.syspath_prepend(str(pkg.parent))
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     prefix = tmp_path / "cache" / compile_cache.BYTECODE
