@@ -1,10 +1,10 @@
-"""Zeus energy windows around each measured step and the whole measured phase, per rank.
+"""Zeus energy windows in the training rank (one around the measured phase: kit.launch.worker).
 
 Unlike the node sampler, these windows live in the training rank: Zeus's ``ZeusMonitor``
-reads the GPU's hardware energy counter (through NVML on NVIDIA, AMD SMI on AMD) at the exact
-step boundaries the rank itself marks, so step energy needs no interpolation. Each rank
-measures the one GPU it drives. ``metrics.json`` ``power.zeus_vs_counter`` cross-checks their
-sum against the sampler's counter (:func:`kit.analysis.power.zeus_cross_check`).
+reads the GPU's hardware energy counter (through NVML on NVIDIA, AMD SMI on AMD) at the
+boundaries the rank itself marks, after synchronizing its device. Each rank measures the one
+GPU it drives. ``metrics.json`` ``power.zeus_vs_counter`` cross-checks their sum against the
+sampler's counter (:func:`kit.analysis.power.zeus_cross_check`).
 """
 
 import sys
