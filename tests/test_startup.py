@@ -152,6 +152,14 @@ def test_cache_show_lists_and_clear_keeps_this_installation(tmp_path, monkeypatc
     assert r.returncode == 0 and not current.exists(), why_failed(r)
 
 
+def fresh_interpreter(code: str) -> list[str]:
+    """What ``code`` printed, line by line, in a new Python with the kit on its path."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.splitlines()
+
+
 @pytest.mark.timeout(600)
 def test_megatron_core_imports_without_the_compiler_and_still_compiles():
     """megatron-core's fusions are decorated with torch.compile; the engine imports it with
@@ -167,11 +175,7 @@ def test_megatron_core_imports_without_the_compiler_and_still_compiles():
         "x, b = torch.randn(4, 8), torch.randn(8)\n"
         "print(torch.allclose(bias_gelu(b, x), torch.nn.functional.gelu(x + b, approximate="
         "'tanh'), atol=1e-3), 'torch._dynamo.convert_frame' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.splitlines()[-2:] == ["[]", "True True"]
-
+    assert fresh_interpreter(code)[-2:] == ["[]", "True True"]
 
 
 def test_zeus_imports_without_scikit_learn_which_stays_importable():
@@ -188,10 +192,7 @@ def test_zeus_imports_without_scikit_learn_which_stays_importable():
         "import sklearn.metrics\n"
         "print(hasattr(sklearn.metrics, 'roc_auc_score'), sklearn.metrics.auc([0.0, 1.0, 3.0],"
         " [2.0, 4.0, 0.0]))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=580)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.splitlines()[-2:] == ["ZeusMonitor [] 7.0", "True 7.0"]
+    assert fresh_interpreter(code)[-2:] == ["ZeusMonitor [] 7.0", "True 7.0"]
 
 
 def test_bytecode_is_kept_in_the_cache_only_where_nothing_else_keeps_it(tmp_path, monkeypatch):
