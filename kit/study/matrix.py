@@ -91,19 +91,15 @@ def detect_node(platform: str | None, devices: int | None) -> Node:
     return Node(spec.name, devices)
 
 
-def _layouts(n: int, cpu: bool) -> dict[str, dict[str, Any]]:
-    """The study's layout families on ``n`` devices (DP explicit: the world is ``n``).
-
-    Sequence parallelism wherever TP > 1, as in the study, except on cpu: megatron-core's
-    sequence-parallel gather in the backward of a recomputed layer allocates on the CUDA
-    device (mappings._gather_along_first_dim), so TP2 + SP + full recomputation fails there.
-    """
+def _layouts(n: int) -> dict[str, dict[str, Any]]:
+    """The study's layout families on ``n`` devices (DP explicit: the world is ``n``), with
+    sequence parallelism wherever TP > 1, as in the study."""
     if n == 1:
         return {"single": {"tp": 1, "pp": 1, "dp": 1}}
     half = n // 2
-    sp = {"sp": True} if half > 1 and not cpu else {}
+    sp = {"sp": True} if half > 1 else {}
     return {
-        "tp": {"tp": n, "pp": 1, "dp": 1, **({} if cpu else {"sp": True})},
+        "tp": {"tp": n, "pp": 1, "dp": 1, "sp": True},
         "tp_pp": {"tp": half, "pp": 2, "dp": 1, **sp},
         "pp": {"tp": 1, "pp": n, "dp": 1},
         "tp_dp": {"tp": half, "pp": 1, "dp": 2, "dist_optimizer": True, **sp},
@@ -142,7 +138,7 @@ class StudyMatrix:
 
 
 def _candidate_points(node: Node, quick: bool) -> list[StudyPoint]:
-    layouts = _layouts(node.devices, node.is_cpu)
+    layouts = _layouts(node.devices)
     full = {"recompute": "full", "overlap": False, "micro_batch_size": 1,
             "global_batch_size": GLOBAL_BATCH}
     names = ["tp", "tp_pp", "pp"] if quick and node.devices > 1 else list(layouts)

@@ -46,6 +46,9 @@ and 0.19.2). :func:`apply_cpu_compat` patches this rank process and returns a
   gradient buckets there) would see cuda devices. :func:`cpu_config_overrides` sets
   ``deallocate_pipeline_outputs``, which makes megatron's schedules call the autograd engine
   directly (``custom_backward``, the same gradients), so the mode stays on in the hooks.
+  Recomputation's own backward (``CheckpointFunction`` calls ``torch.autograd.backward``,
+  which torch 2.13 made overridable) is run by the mode with itself kept on
+  (:func:`_backward_under`): ``--recompute full`` with SP or with the MoE alltoall dispatcher.
 * **Megatron-FSDP.** Its gradient reduction fuses the division into NCCL's ``PREMUL_SUM``,
   which gloo lacks; the engine turns that fusion off on CPU (scale, then sum: the same
   result). Its DTensor meshes say ``device_type="cuda"`` but are built from gloo groups
@@ -116,10 +119,35 @@ class CudaToCpuMode(TorchFunctionMode):
             return None
         if func is torch.Tensor.to and args[1:] and _is_cuda(args[1]):
             args = (args[0], torch.device("cpu"), *args[2:])
+        if func is torch.autograd.backward:
+            return _backward_under(self, *args, **kwargs)
         out = func(*args, **kwargs)
         if func is torch.Tensor.type and len(args) == 1 and not kwargs:
             return _CUDA_TYPE_NAMES.get(out, out)
         return out
+
+
+def _backward_under(mode: TorchFunctionMode, tensors: Any, grad_tensors: Any = None,
+                    retain_graph: bool | None = None, create_graph: bool = False,
+                    inputs: Any = None) -> None:
+    """``torch.autograd.backward`` run with ``mode`` on: the autograd engine called directly.
+
+    Since torch 2.13 ``torch.autograd.backward`` is itself overridable, so a mode that handles
+    it is switched off for the backward it starts, and the functions that backward runs
+    (megatron's all-to-all of the MoE dispatcher and the SP gathers, under ``--recompute
+    full``, whose ``CheckpointFunction`` calls it) would allocate on the cuda device they
+    name. The same steps as torch's own, the engine's call inside ``mode``.
+    """
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    outputs = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+    grads = _make_grads(outputs, _tensor_or_tensors_to_tuple(grad_tensors, len(outputs)),
+                        is_grads_batched=False)
+    with mode:
+        _engine_run_backward(outputs, grads, create_graph if retain_graph is None else retain_graph,
+                             create_graph, tuple(inputs or ()), allow_unreachable=True,
+                             accumulate_grad=True)
 
 
 class _NoStream:
