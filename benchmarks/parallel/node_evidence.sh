@@ -14,9 +14,8 @@ PART="$1"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-results/node-evidence/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
-NGPUS=$(nvidia-smi -L | wc -l)
 source benchmarks/lib.sh
-TAG=$(gpu_tag)
+TAG=$(gpu_tag); NGPUS=${TAG##*x}
 RESULTS=results/node-evidence
 start_budget "${PART_BUDGET_S:-480}"
 header() {

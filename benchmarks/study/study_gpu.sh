@@ -17,9 +17,8 @@ FORM="${1:-quick}"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-results/study/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
-NGPUS=$(nvidia-smi -L | wc -l)
 source benchmarks/lib.sh
-TAG=$(gpu_tag)
+TAG=$(gpu_tag); NGPUS=${TAG##*x}
 RESULTS=results/study
 BUDGET="${STUDY_BUDGET_S:-540}"
 header() {

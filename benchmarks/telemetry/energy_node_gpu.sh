@@ -18,9 +18,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-results/energy-node}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
-NGPUS=$(nvidia-smi -L | wc -l)
 source benchmarks/lib.sh
-TAG=$(gpu_tag)
+TAG=$(gpu_tag); NGPUS=${TAG##*x}
 STUDY_FROM="${STUDY_FROM:-1}"
 start_budget "${BUDGET_S:-560}"
 RESULTS=results/energy-node
