@@ -11,7 +11,8 @@ per spare core writes the same files (``PYTHONPYCACHEPREFIX``) ahead of the rank
 whatever is written by the time they import it and compile the rest as before; both write
 atomically, so a race costs only the duplicate work. A marker file says a folder was filled
 (a file that does not compile, if any, is left to whatever imports it), so later runs start
-nothing.
+nothing; while one is under way (its pid in a file beside), the next point of a sweep starts
+none beside it.
 """
 
 import importlib.util
@@ -20,12 +21,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 RANK_PACKAGES = ("torch", "sympy", "mpmath", "networkx", "numpy", "jinja2", "triton",
                  "megatron", "deepspeed", "pydantic", "einops", "zeus", "psutil", "yaml", "kit")
 """Top-level packages a rank imports (its engine's, torch's own, and what torch.compile
 pulls in), in the order they are compiled; a missing one is left out."""
 DONE = ".precompiled"
 """The marker a finished precompile leaves in the bytecode folder."""
+RUNNING = ".precompiling"
+"""The pid of the precompile filling the folder now."""
 
 _SCRIPT = """
 import compileall, pathlib, sys
@@ -49,9 +54,9 @@ def package_roots(names: tuple[str, ...] = RANK_PACKAGES) -> list[str]:
 def start(prefix: Path, roots: list[str] | None = None,
           workers: int | None = None) -> subprocess.Popen | None:
     """Compile ``roots`` (default: :func:`package_roots`) into bytecode folder ``prefix`` in a
-    background process; None when ``prefix`` is complete already (its marker) or there is
-    nothing to compile. ``workers`` defaults to half the cores (the ranks have the rest)."""
-    if (prefix / DONE).exists():
+    background process; None when ``prefix`` is complete already (its marker), is being
+    filled by an earlier run's precompile, or there is nothing to compile. ``workers`` defaults to half the cores (the ranks have the rest)."""
+    if (prefix / DONE).exists() or _under_way(prefix):
         return None
     roots = package_roots() if roots is None else roots
     if not roots:
@@ -60,6 +65,18 @@ def start(prefix: Path, roots: list[str] | None = None,
     workers = workers or max(1, (os.cpu_count() or 2) // 2)
     env = dict(os.environ, PYTHONPYCACHEPREFIX=str(prefix))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return subprocess.Popen([sys.executable, "-c", _SCRIPT, str(prefix), str(workers), *roots],
+    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(prefix), str(workers), *roots],
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
+    (prefix / RUNNING).write_text(str(proc.pid))
+    return proc
+
+
+def _under_way(prefix: Path) -> bool:
+    """Whether an earlier run's precompile into ``prefix`` is still running (a killed one
+    leaves its pid behind, which then names no process)."""
+    try:
+        pid = int((prefix / RUNNING).read_text())
+    except (OSError, ValueError):
+        return False
+    return psutil.pid_exists(pid)

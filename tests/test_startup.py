@@ -4,6 +4,7 @@ run.sh's set-up as its own phase), and the imports a rank no longer pays for."""
 import json
 import os
 import socket
+import signal
 import subprocess
 import sys
 import time
@@ -260,6 +261,30 @@ def test_a_fresh_bytecode_folder_is_filled_once_in_the_background(tmp_path, monk
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "7", r.stderr
     assert {p: p.stat().st_mtime_ns for p in before} == before  # read, not written again
+
+
+def test_a_precompile_under_way_is_not_started_twice_and_a_killed_one_is_taken_up(tmp_path):
+    """A sweep's next point finds the first point's precompile still running (here: stopped)
+    and starts none beside it; once that process is gone unfinished (SIGKILL), the next run
+    starts the fill again and completes it."""
+    pkg = tmp_path / "pkgs" / "slowpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    prefix = tmp_path / "cache" / compile_cache.BYTECODE
+    first = bytecode_precompile.start(prefix, [str(pkg)], workers=1)
+    assert first is not None
+    first.send_signal(signal.SIGSTOP)
+    try:
+        if not (prefix / bytecode_precompile.DONE).exists():  # it may have finished already
+            assert bytecode_precompile.start(prefix, [str(pkg)], workers=1) is None
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+    (prefix / bytecode_precompile.DONE).unlink(missing_ok=True)  # as if killed before its end
+    second = bytecode_precompile.start(prefix, [str(pkg)], workers=1)
+    assert second is not None and second.wait(timeout=300) == 0
+    assert (prefix / bytecode_precompile.DONE).exists()
+    assert bytecode_precompile.start(prefix, [str(pkg)], workers=1) is None
 
 
 EARLY_GROUP = """
