@@ -55,7 +55,8 @@ def start(prefix: Path, roots: list[str] | None = None,
           workers: int | None = None) -> subprocess.Popen | None:
     """Compile ``roots`` (default: :func:`package_roots`) into bytecode folder ``prefix`` in a
     background process; None when ``prefix`` is complete already (its marker), is being
-    filled by an earlier run's precompile, or there is nothing to compile. ``workers`` defaults to half the cores (the ranks have the rest)."""
+    filled by an earlier run's precompile, or there is nothing to compile. ``workers``
+    defaults to half the cores (the ranks have the rest)."""
     if (prefix / DONE).exists() or _under_way(prefix):
         return None
     roots = package_roots() if roots is None else roots
@@ -74,9 +75,10 @@ def start(prefix: Path, roots: list[str] | None = None,
 
 def _under_way(prefix: Path) -> bool:
     """Whether an earlier run's precompile into ``prefix`` is still running (a killed one
-    leaves its pid behind, which then names no process)."""
+    leaves its pid behind, which then names no process, or a zombie where the sweep that
+    started it has not reaped it yet)."""
     try:
         pid = int((prefix / RUNNING).read_text())
-    except (OSError, ValueError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, psutil.Error):
         return False
-    return psutil.pid_exists(pid)

@@ -3,13 +3,14 @@ run.sh's set-up as its own phase), and the imports a rank no longer pays for."""
 
 import json
 import os
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from kit import bytecode_precompile, compile_cache
@@ -265,8 +266,8 @@ def test_a_fresh_bytecode_folder_is_filled_once_in_the_background(tmp_path, monk
 
 def test_a_precompile_under_way_is_not_started_twice_and_a_killed_one_is_taken_up(tmp_path):
     """A sweep's next point finds the first point's precompile still running (here: stopped)
-    and starts none beside it; once that process is gone unfinished (SIGKILL), the next run
-    starts the fill again and completes it."""
+    and starts none beside it; once that process is gone unfinished (SIGKILL; not yet reaped,
+    as in a sweep's own process), the next run starts the fill again and completes it."""
     pkg = tmp_path / "pkgs" / "slowpkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("X = 1\n")
@@ -277,11 +278,16 @@ def test_a_precompile_under_way_is_not_started_twice_and_a_killed_one_is_taken_u
     try:
         if not (prefix / bytecode_precompile.DONE).exists():  # it may have finished already
             assert bytecode_precompile.start(prefix, [str(pkg)], workers=1) is None
+        first.kill()
+        deadline = time.monotonic() + 60
+        while psutil.Process(first.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the killed precompile did not end"
+            time.sleep(0.05)
+        (prefix / bytecode_precompile.DONE).unlink(missing_ok=True)  # as if killed before its end
+        second = bytecode_precompile.start(prefix, [str(pkg)], workers=1)
     finally:
         first.kill()
         first.wait(timeout=60)
-    (prefix / bytecode_precompile.DONE).unlink(missing_ok=True)  # as if killed before its end
-    second = bytecode_precompile.start(prefix, [str(pkg)], workers=1)
     assert second is not None and second.wait(timeout=300) == 0
     assert (prefix / bytecode_precompile.DONE).exists()
     assert bytecode_precompile.start(prefix, [str(pkg)], workers=1) is None
