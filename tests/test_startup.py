@@ -310,6 +310,7 @@ except Exception as e:
 t = torch.tensor([rank + 1])
 dist.all_reduce(t)
 print("group", dist.get_world_size(), int(t))
+dist.destroy_process_group()  # as the engines end (at exit, gloo's threads could abort it)
 """
 
 
