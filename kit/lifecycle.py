@@ -120,10 +120,13 @@ class Marks:
 _RANK_MARKS: Marks | None = None
 
 
-def start_rank_marks(path: Path | None) -> Marks:
-    """Begin this rank's marks (the worker calls it first); engines add theirs by :func:`mark`."""
+def start_rank_marks(path: Path | None, started: float | None = None) -> Marks:
+    """Begin this rank's marks (the worker calls it first); engines add theirs by :func:`mark`.
+
+    ``started``: when the rank's imports began, if not when this process did (a forked rank).
+    """
     global _RANK_MARKS
-    _RANK_MARKS = Marks(path)
+    _RANK_MARKS = Marks(path, started)
     return _RANK_MARKS
 
 

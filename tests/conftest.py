@@ -256,7 +256,11 @@ def wait_for_steps(out: Path, steps: int, timeout_s: float = 300, rank: int = 0)
 
 
 def rank_pid(launcher_pid: int, rank: int) -> int | None:
-    """PID of the worker process with RANK=rank started by the launcher."""
+    """PID of the rank ``rank`` the launcher ``launcher_pid`` started: a child running the
+    worker with RANK=rank in its environment, or, for ranks forked on a CPU platform (whose
+    ``/proc`` environment is their zygote's), the pid its launcher record names."""
+    from kit.launch.rankfile import read_launcher_record
+
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -264,10 +268,21 @@ def rank_pid(launcher_pid: int, rank: int) -> int | None:
             status = Path(f"/proc/{pid}/status").read_text()
             ppid = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid")))
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         except (OSError, StopIteration):
             continue
-        if ppid == launcher_pid and f"RANK={rank}".encode() in env:
+        if ppid != launcher_pid or "kit.launch.worker" not in argv:
+            continue
+        if f"RANK={rank}".encode() in env:
             return int(pid)
+        if not any(v.startswith(b"RANK=") for v in env):  # forked: the launcher's record
+            staging = Path(f"/proc/{pid}/cwd").resolve() / argv[argv.index("kit.launch.worker") + 1]
+            try:
+                pids = read_launcher_record(staging).rank_pids
+            except (OSError, ValueError):  # not written yet
+                continue
+            if rank < len(pids):
+                return pids[rank]
     return None
 
 

@@ -2,7 +2,8 @@
 
 Each rank is ``python -m kit.launch.worker STAGING`` with the usual torch.distributed
 environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the launcher's pid, so
-it stops when the launcher dies (see kit.launch.worker). Ranks run in their own process
+it stops when the launcher dies (see kit.launch.worker); on a CPU platform the ranks are forked
+from one process that imported torch and the engine for all (kit.launch.rank_fork). Ranks run in their own process
 session, so a Ctrl-C reaches only the launcher, which forwards it as SIGTERM: ranks then stop
 together at the next step boundary. When one rank fails, its peers (likely blocked in a
 collective) get a grace period and are then killed. Each rank has a thread that reaps it and
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.launch import rank_fork
+from kit.launch.rank_fork import ForkedRank
 from kit.launch.signals import SignalCounter
 from kit.spec.run import RunConfig
 
@@ -153,7 +156,7 @@ class LaunchOutcome:
 class _Reapers:
     """One thread per rank waiting for its process, recording how and when it ended."""
 
-    def __init__(self, procs: dict[int, subprocess.Popen]) -> None:
+    def __init__(self, procs: dict[int, subprocess.Popen | ForkedRank]) -> None:
         self.exits: dict[int, RankExit] = {}
         self.changed = threading.Event()
         self._threads = [
@@ -163,7 +166,7 @@ class _Reapers:
         for t in self._threads:
             t.start()
 
-    def _reap(self, rank: int, proc: subprocess.Popen) -> None:
+    def _reap(self, rank: int, proc: subprocess.Popen | ForkedRank) -> None:
         returncode = proc.wait()
         self.exits[rank] = RankExit.from_returncode(returncode, time.time())
         self.changed.set()
@@ -186,7 +189,7 @@ def launch_local(
     staging: Path,
     logs_dir: Path,
     interrupts: SignalCounter,
-    on_started: Callable[[list[int]], None] | None = None,
+    on_started: Callable[[list[int], float], None] | None = None,
     on_poll: Callable[[], None] | None = None,
     poll_s: float = 0.2,
     worker: str = WORKER,
@@ -194,8 +197,10 @@ def launch_local(
     """Run all ranks of ``cfg`` on this host and wait for them; never raises on rank failure.
 
     ``interrupts`` must be active (``with``) around the call: a signal already counted means
-    no rank is started. ``on_started`` gets the ranks' pids once they are started. Each rank
-    runs ``python -m <worker> STAGING``.
+    no rank is started. ``on_started`` gets the ranks' pids, in rank order, once they are
+    started, and when their processes were begun (a forked rank's: its zygote's). Each rank
+    runs ``python -m <worker> STAGING``, or on a CPU platform is forked from one process that
+    imported for all (kit.launch.rank_fork).
     """
     world = cfg.world_size
     threads = max(1, (os.cpu_count() or 1) // world) if cfg.platform.is_cpu else 4
@@ -205,12 +210,28 @@ def launch_local(
     if interrupts.count:
         outcome.interrupted = True
         return outcome
-    cmd = [sys.executable, "-m", worker, str(staging)]
-    procs = {r: _start_rank(cmd, rank_env(r, world, port, threads), logs_dir / f"rank{r}.log")
-             for r in range(world)}
+    envs = {r: rank_env(r, world, port, threads) for r in range(world)}
+    spawned = time.time()
+    procs: dict[int, subprocess.Popen | ForkedRank]
+    if worker == WORKER and rank_fork.usable(cfg.platform.is_cpu):
+        try:
+            forked = rank_fork.fork_ranks(worker, staging, envs, logs_dir, interrupts, on_poll,
+                                          poll_s)
+        except rank_fork.ZygoteFailed as e:  # every rank ended as its imports did
+            outcome.started = True
+            ended = RankExit.from_returncode(e.returncode, time.time())
+            outcome.exits = dict.fromkeys(range(world), ended)
+            return outcome
+        if forked is None:  # a signal came while it imported: no rank started
+            outcome.interrupted = True
+            return outcome
+        procs = dict(forked)
+    else:
+        cmd = [sys.executable, "-m", worker, str(staging)]
+        procs = {r: _start_rank(cmd, env, logs_dir / f"rank{r}.log") for r, env in envs.items()}
     outcome.started = True
     if on_started is not None:
-        on_started([p.pid for p in procs.values()])
+        on_started([procs[r].pid for r in range(world)], spawned)
     reapers = _Reapers(procs)
     deadline: float | None = None
     seen = 0  # signals already acted on

@@ -246,8 +246,12 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         write_config(staging.path, cfg)
         marks.mark("staged")
 
-        def started(pids: list[int]) -> None:
-            marks.mark("ranks_spawned")
+        watchdog = stall_watchdog(cfg, staging.path, 0, worker, interrupts)
+
+        def started(pids: list[int], spawned: float) -> None:
+            marks.mark("ranks_spawned", spawned)
+            if watchdog is not None:
+                watchdog.know_ranks(pids)
             warm_imports()  # after the spawn, not competing with it
             write_launcher_record(staging.path, command, pids)
 
@@ -256,8 +260,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
             lambda on_poll: launch_local(
                 cfg, staging.path, staging.logs_dir, interrupts,
                 on_started=started, on_poll=on_poll, worker=worker),
-            progress_watcher(cfg, staging.path),
-            stall_watchdog(cfg, staging.path, 0, worker, interrupts), marks)
+            progress_watcher(cfg, staging.path), watchdog, marks)
         from kit.bundle.assemble import RunEnd, assemble_bundle, run_end  # warm: see above
 
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]

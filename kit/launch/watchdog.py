@@ -268,6 +268,16 @@ class StallWatchdog:
         self._procs: dict[int, psutil.Process] = {}
         self._t_progress = self._checked = time.monotonic()
 
+    def know_ranks(self, pids: list[int]) -> None:
+        """This node's ranks, by global rank (a launcher that started them says so: a forked
+        rank's ``/proc`` environment is its zygote's, without ``RANK``)."""
+        first = self._node * self._local_count
+        for rank, pid in enumerate(pids, start=first):
+            try:
+                self._procs[rank] = psutil.Process(pid)
+            except psutil.Error:
+                continue
+
     @property
     def record_path(self) -> Path:
         """``logs/stall-watchdog.json``: the trip's claim, then its verdict."""

@@ -91,8 +91,13 @@ def poke_sampler() -> None:
 
 def mark_sampler_ready(pipe: Path) -> None:
     """Say, beside the sampler's pipe ``pipe``, that the ranks need not wait for it any more:
-    it has taken its first sample, or it failed to start."""
-    pipe.with_name(READY_NAME).touch()
+    it has taken its first sample, or it failed to start. Nothing when the folder is gone: the
+    launcher stopped the sampler before it sampled (a signal while the ranks started), and
+    no rank waits."""
+    try:
+        pipe.with_name(READY_NAME).touch()
+    except FileNotFoundError:
+        pass
 
 
 def wait_for_sampler(stopped: Callable[[], bool] = lambda: False,
