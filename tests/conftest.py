@@ -19,6 +19,15 @@ from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+"""The suite runs two pytest-xdist workers on a host's cores, so its ranks share cores with the
+other worker's: OpenMP threads that spin at a barrier while a peer thread waits for a core then
+burn the core the other needs. A 30-step 1-rank gpt3-tiny run beside one busy process on a
+2-core host: 1.6-3.5 s a step and 90-104 s of CPU spinning, 0.24-0.36 s and 13-16 s passive
+(2026-12-06); on idle cores spinning is faster (0.16-0.19 s against 0.24-0.30), which is why
+the kit leaves the policy to the user. Set before any test imports torch (libgomp reads it
+once); every run a test starts inherits it."""
+
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """This pytest-xdist worker's name (gw0, gw1, ...), or None in a suite run in one process."""
