@@ -3,11 +3,11 @@
 Each rank is ``python -m kit.launch.worker STAGING`` with the usual torch.distributed
 environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the launcher's pid, so
 it stops when the launcher dies (see kit.launch.worker); on a CPU platform the ranks are forked
-from one process that imported torch and the engine for all (kit.launch.rank_fork). Ranks run in their own process
-session, so a Ctrl-C reaches only the launcher, which forwards it as SIGTERM: ranks then stop
-together at the next step boundary. When one rank fails, its peers (likely blocked in a
-collective) get a grace period and are then killed. Each rank has a thread that reaps it and
-notes when it ended, so the first rank to end is known to the millisecond.
+from one process that imported torch and the engine for all (kit.launch.rank_fork). Ranks run
+in their own process session, so a Ctrl-C reaches only the launcher, which forwards it as
+SIGTERM: ranks then stop together at the next step boundary. When one rank fails, its peers
+(likely blocked in a collective) get a grace period and are then killed. Each rank has a thread
+that reaps it and notes when it ended, so the first rank to end is known to the millisecond.
 """
 
 import os

@@ -1,0 +1,104 @@
+"""CPU seconds a CPU-platform run costs, over the launcher and every process under it.
+
+Two A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two cores):
+
+* ``fork``: a 2-rank ``gpt3-tiny`` run with the kit at a reference commit (every rank imports
+  torch and the engine) against this tree (ranks forked from one process that imported once,
+  kit/launch/rank_fork.py). The reference is a ``git worktree`` put first on PYTHONPATH, which
+  the ranks inherit.
+* ``omp``: a 1-rank run beside one busy process (as the suite's other worker is), with
+  OpenMP's default wait policy and with ``OMP_WAIT_POLICY=PASSIVE`` (tests/conftest.py).
+
+CPU is summed per process from psutil, polled every 50 ms until the process ends (a process's
+last 50 ms may be missed: the same for both sides). Usage, from the repository root with the
+kit's venv active::
+
+    python benchmarks/reliability/run_cpu_cost.py --ref e46306e --reps 3 > results/x.txt
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tree_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run ``cmd``; its wall seconds, the CPU seconds of it and every descendant, its last line."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=REPO)
+    root = psutil.Process(proc.pid)
+    seen: dict[int, float] = {}
+    while proc.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = [root]
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                seen[p.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+        time.sleep(0.05)
+    out = proc.stdout.read() if proc.stdout else ""
+    step = next((ln for ln in out.splitlines() if ln.startswith("step time")), "no step time")
+    return time.monotonic() - t0, sum(seen.values()), step
+
+
+def run_cmd(out: Path, *args: str) -> list[str]:
+    """``charllm-kit run gpt3-tiny ARGS`` with one warmup step, its bundle under ``out``."""
+    return [sys.executable, "-m", "kit", "run", "gpt3-tiny", *args, "--warmup", "1",
+            "--out", str(out)]
+
+
+def main() -> None:
+    """Print both comparisons (module docstring), one line per run."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ref", required=True, help="commit whose ranks each import (before the fork)")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=REPO).stdout.strip()
+    print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {os.cpu_count()} cores, "
+          f"python {sys.version.split()[0]}, kit {head} against {args.ref}")
+    print(f"$ python benchmarks/reliability/run_cpu_cost.py --ref {args.ref} --reps {args.reps}")
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = Path(tmp) / "ref"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(ref), args.ref],
+                       cwd=REPO, check=True)
+        try:
+            print("# fork: gpt3-tiny --dp 2 --steps 3, idle host; wall s, CPU s (all processes)")
+            for rep in range(args.reps):
+                for name, path in ((f"ref {args.ref} (each rank imports)", ref),
+                                   (f"this {head} (ranks forked)", REPO)):
+                    env = dict(os.environ, PYTHONPATH=str(path))
+                    wall, cpu, _ = tree_cpu(run_cmd(Path(tmp) / "out", "--dp", "2",
+                                                    "--steps", "3"), env)
+                    print(f"fork rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(ref)], cwd=REPO)
+        print("# omp: gpt3-tiny --steps 30 (1 rank, 2 threads) beside one busy process")
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            for rep in range(2):
+                for policy in ("default", "PASSIVE"):
+                    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+                    if policy == "PASSIVE":
+                        env["OMP_WAIT_POLICY"] = policy
+                    wall, cpu, step = tree_cpu(run_cmd(Path(tmp) / "out", "--steps", "30"), env)
+                    print(f"omp rep {rep}  policy {policy:8s} wall {wall:6.1f}  cpu {cpu:6.1f}  "
+                          f"{' '.join(step.split())}")
+        finally:
+            hog.kill()
+
+
+if __name__ == "__main__":
+    main()
