@@ -100,11 +100,15 @@ def test_a_dp2_run_projected_to_its_own_layout_lands_in_its_interval(dp2, fabric
     low, _, high = p.interval["step_time_s"]
     # The compute comes from the run's own profile; the collectives' time from the fabric
     # bundle, measured at another moment (on a busy host, under another load). The step may
-    # miss the interval by as much as the two collective times, no more.
+    # miss the interval by as much as the two collective times and the spread of the run's own
+    # unprofiled steps (another job on the host slows some: 0.18-0.27 s beside the suite's
+    # other worker, where the profiled ones took 0.17-0.18), no more.
     run = measured_run(read_bundle(dp2))
     comm = sum(run.parts.communication.values()) + sum(c.exposed_s[2] for c in p.collectives)
     assert comm > 0
-    assert low - comm <= _unprofiled_median(dp2) <= high + comm
+    steps = _unprofiled_steps(dp2)
+    noise = max(steps) - min(steps)
+    assert low - comm - noise <= statistics.median(steps) <= high + comm + noise
     assert [i.role for i in p.inputs] == ["compute", "fabric"]
 
 
