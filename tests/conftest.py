@@ -23,9 +23,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 """The suite runs two pytest-xdist workers on a host's cores, so its ranks share cores with the
 other worker's: OpenMP threads that spin at a barrier while a peer thread waits for a core then
 burn the core the other needs. A 30-step 1-rank gpt3-tiny run beside one busy process on a
-2-core host: 1.6-3.5 s a step and 90-104 s of CPU spinning, 0.24-0.36 s and 13-16 s passive
-(2026-12-06); on idle cores spinning is faster (0.16-0.19 s against 0.24-0.30), which is why
-the kit leaves the policy to the user. Set before any test imports torch (libgomp reads it
+2-core host took 20-107 s of CPU spinning and 14-19 s passive, six runs of each (2026-12-06,
+benchmarks/reliability/results/run-cpu-cost-2026-12-06.txt); on idle cores spinning is faster
+(0.16-0.19 s a step against 0.24-0.30), which is why the kit leaves the policy to the user. Set before any test imports torch (libgomp reads it
 once); every run a test starts inherits it."""
 
 

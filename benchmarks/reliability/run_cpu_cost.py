@@ -4,8 +4,8 @@ Two A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two core
 
 * ``fork``: a 2-rank ``gpt3-tiny`` run with the kit at a reference commit (every rank imports
   torch and the engine) against this tree (ranks forked from one process that imported once,
-  kit/launch/rank_fork.py). The reference is a ``git worktree`` put first on PYTHONPATH, which
-  the ranks inherit.
+  kit/launch/rank_fork.py). The reference is a ``git worktree``, the launcher's working folder
+  and first on PYTHONPATH, which the ranks inherit.
 * ``omp``: a 1-rank run beside one busy process (as the suite's other worker is), with
   OpenMP's default wait policy and with ``OMP_WAIT_POLICY=PASSIVE`` (tests/conftest.py).
 
@@ -29,11 +29,13 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 
 
-def tree_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Run ``cmd``; its wall seconds, the CPU seconds of it and every descendant, its last line."""
+def tree_cpu(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, float, str]:
+    """Run ``cmd`` in ``cwd`` (``python -m kit`` imports the kit found there); its wall seconds,
+    the CPU seconds of it and every descendant, and its ``step time`` line.
+    """
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=REPO)
+                            text=True, cwd=cwd)
     root = psutil.Process(proc.pid)
     seen: dict[int, float] = {}
     while proc.poll() is None:
@@ -81,7 +83,7 @@ def main() -> None:
                                    (f"this {head} (ranks forked)", REPO)):
                     env = dict(os.environ, PYTHONPATH=str(path))
                     wall, cpu, _ = tree_cpu(run_cmd(Path(tmp) / "out", "--dp", "2",
-                                                    "--steps", "3"), env)
+                                                    "--steps", "3"), env, cwd=path)
                     print(f"fork rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(ref)], cwd=REPO)
