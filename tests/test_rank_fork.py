@@ -45,7 +45,8 @@ def held_run(tmp_path: Path, *, broken: str | None = None) -> tuple[subprocess.P
     if broken is not None:
         (hook / "megatron").mkdir()
         (hook / "megatron" / "__init__.py").write_text(f"raise ImportError({broken!r})\n")
-    env = dict(os.environ, PYTHONPATH=str(hook), HOLD_PID=str(tmp_path / "zygote.pid"),
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, HOLD_PID=str(tmp_path / "zygote.pid"),
                HOLD_GO=str(tmp_path / "go"))
     proc = subprocess.Popen(run_args(tmp_path / "out"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
