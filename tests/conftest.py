@@ -25,8 +25,8 @@ other worker's: OpenMP threads that spin at a barrier while a peer thread waits 
 burn the core the other needs. A 30-step 1-rank gpt3-tiny run beside one busy process on a
 2-core host took 20-107 s of CPU spinning and 14-19 s passive, six runs of each (2026-12-06,
 benchmarks/reliability/results/run-cpu-cost-2026-12-06.txt); on idle cores spinning is faster
-(0.16-0.19 s a step against 0.24-0.30), which is why the kit leaves the policy to the user. Set before any test imports torch (libgomp reads it
-once); every run a test starts inherits it."""
+(0.16-0.19 s a step against 0.24-0.30), which is why the kit leaves the policy to the user.
+Set before any test imports torch (libgomp reads it once); every run a test starts inherits it."""
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
@@ -285,7 +285,8 @@ def rank_pid(launcher_pid: int, rank: int) -> int | None:
         if f"RANK={rank}".encode() in env:
             return int(pid)
         if not any(v.startswith(b"RANK=") for v in env):  # forked: the launcher's record
-            staging = Path(f"/proc/{pid}/cwd").resolve() / argv[argv.index("kit.launch.worker") + 1]
+            folder = argv[argv.index("kit.launch.worker") + 1]
+            staging = Path(f"/proc/{pid}/cwd").resolve() / folder
             try:
                 pids = read_launcher_record(staging).rank_pids
             except (OSError, ValueError):  # not written yet

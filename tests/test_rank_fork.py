@@ -19,7 +19,7 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 
-from .conftest import REPO, bundle_path
+from .conftest import REPO, bundle_path, start_long_run, wait_for_steps
 
 HOLD = """\
 import os, sys, time
@@ -59,11 +59,12 @@ def held_run(tmp_path: Path, *, broken: str | None = None) -> tuple[subprocess.P
     return proc, int((tmp_path / "zygote.pid").read_text()), tmp_path / "go"
 
 
-def failed_run(proc: subprocess.Popen, go: Path) -> dict:
-    """Release the zygote and wait for the run: it exits 1 and publishes a bundle that
-    verifies; its manifest, with the bundle's path under ``bundle``."""
+def failed_run(proc: subprocess.Popen, go: Path | None = None) -> dict:
+    """Release the zygote (``go``, for a held run) and wait for the run: it exits 1 and
+    publishes a bundle that verifies; its manifest, with the bundle's path under ``bundle``."""
     try:
-        go.touch()
+        if go is not None:
+            go.touch()
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -92,30 +93,20 @@ def left_over(zygote: int) -> list[int]:
 def test_ranks_are_the_launchers_children_and_the_imports_are_counted_once(tmp_path):
     """Each rank is a child of the launcher running the worker, rank 0's log begins with what
     the imports printed (once) and rank 1's does not; every start-up phase is positive."""
-    proc = subprocess.Popen(run_args(tmp_path) + ["--steps", "400"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    proc = start_long_run(tmp_path, "--dp", "2")
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no rank reached a step"
-            steps = list(tmp_path.glob(".*.partial/ranks/rank1.steps.jsonl"))
-            if steps and steps[0].read_text():
-                break
-            time.sleep(0.2)
+        wait_for_steps(tmp_path, 1, timeout_s=240, rank=1)
         ranks = [c for c in psutil.Process(proc.pid).children()
                  if "kit.launch.worker" in c.cmdline() and "kit.launch.rank_fork" in c.cmdline()]
         record = json.loads(next(tmp_path.glob(".*.partial/launcher.json")).read_text())
         assert sorted(c.pid for c in ranks) == sorted(record["rank_pids"])
         assert len(ranks) == 2
         os.killpg(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
-    bundle = bundle_path(out)
-    verify_bundle(bundle)
+    except BaseException:
+        proc.kill()
+        raise
+    manifest = failed_run(proc)
+    bundle = Path(manifest["bundle"])
     logs = bundle / "logs"
     assert "Transformer Engine and Apex are not installed" in (logs / "rank0.log").read_text()
     assert "Transformer Engine and Apex are not installed" not in (logs / "rank1.log").read_text()

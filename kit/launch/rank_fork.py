@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 
 from kit.launch.signals import SignalCounter
+from kit.lifecycle import process_start_time
 
 PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process."""
@@ -183,8 +184,8 @@ def _rank(worker_module: object, staging: Path, spec: dict, started: float, zygo
     try:
         os.close(answer_fd)
         os.setsid()
-        log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND
-                      | (0 if spec["log"].endswith(ZYGOTE_LOG) else os.O_TRUNC), 0o644)
+        # appended: rank 0's log begins with the zygote's output; the others are new files
+        log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
@@ -208,7 +209,7 @@ def zygote_main(worker: str, staging: Path) -> None:
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # what the imports print goes to the log, the pids alone to the launcher
     plan = json.loads(sys.stdin.readline())
-    started = psutil.Process().create_time()
+    started = process_start_time()
     module = importlib.import_module(worker)
     module.preload(staging)  # type: ignore[attr-defined]
     signal.pthread_sigmask(signal.SIG_BLOCK, RANK_SIGNALS)
