@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from kit import arrow_pandas
 from kit.bundle.guard import bundle_input_errors
 from kit.cli_cache import cache, compile_cache_option
 from kit.cli_group import ImpliedRunGroup
@@ -697,6 +698,7 @@ def main() -> None:
     Whether to answer in JSON is read from the raw arguments (``--json`` before any ``--``),
     since a usage error stops click before it has parsed the flag.
     """
+    arrow_pandas.keep_out()  # pyarrow would import pandas only to look for its objects
     args = sys.argv[1:] or ["--help"]  # bare `charllm-kit`: what it does, exit 0
     as_json = "--json" in itertools.takewhile(lambda a: a != "--", args)
     try:
