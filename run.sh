@@ -13,7 +13,7 @@
 # Environment: CHARLLM_VENV (default .venv), CHARLLM_TORCH (the torch requirement used on a
 # host without one; default torch==2.13.0, a CPU build on this project's machines),
 # CHARLLM_NO_BROWSER=1 (`test`: do not apt-get install chromium for the report's browser test),
-# CHARLLM_TEST_WORKERS (`test`: pytest-xdist workers, default 2; 0 runs the tests in one process),
+# CHARLLM_TEST_WORKERS (`test`: pytest-xdist workers, default 3; 0 runs the tests in one process),
 # CHARLLM_TEST_CPU=FILE (`test`: record each test's wall and CPU time in FILE, a TSV).
 set -euo pipefail
 SETUP_START="${EPOCHREALTIME:-$(date +%s.%N)}"
@@ -123,13 +123,15 @@ case "${1:-}" in
   test)
     shift
     browser_for_tests
-    # pytest-xdist: two workers (CHARLLM_TEST_WORKERS; 0 runs the suite in this one process), so
-    # a test that waits (grace periods, Slurm, sleeps) overlaps one that computes. --dist
+    # pytest-xdist: three workers (CHARLLM_TEST_WORKERS; 0 runs the suite in this one process),
+    # so tests that wait (grace periods, Slurm, sleeps) overlap ones that compute: on two cores a
+    # third worker fills what two left idle (16.7 min idle against 17.3-18.2 with two, 2026-12-06,
+    # benchmarks/reliability/results/suite-workers-2026-12-06.txt). --dist
     # loadfile: each file on one worker, so its module fixtures (images, runs, a Slurm cluster)
     # are made once; the session runs files share are made once for all workers
     # (tests/conftest.py). (--dist loadgroup cannot group with pytest 9: xdist 3.8 marks a group
     # in Node._nodeid, which pytest 9 no longer reads.) --durations: the slowest tests, named.
-    exec "$VENV/bin/python" -m pytest -q --durations=15 -n "${CHARLLM_TEST_WORKERS:-2}" \
+    exec "$VENV/bin/python" -m pytest -q --durations=15 -n "${CHARLLM_TEST_WORKERS:-3}" \
       --dist loadfile "$@"
     ;;
   -h|--help|--version)

@@ -20,8 +20,8 @@ from filelock import FileLock
 REPO = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-"""The suite runs two pytest-xdist workers on a host's cores, so its ranks share cores with the
-other worker's: OpenMP threads that spin at a barrier while a peer thread waits for a core then
+"""The suite runs three pytest-xdist workers on a host's cores, so its ranks share cores with the
+other workers': OpenMP threads that spin at a barrier while a peer thread waits for a core then
 burn the core the other needs. A 30-step 1-rank gpt3-tiny run beside one busy process on a
 2-core host took 20-107 s of CPU spinning and 14-19 s passive, six runs of each (2026-12-06,
 benchmarks/reliability/results/run-cpu-cost-2026-12-06.txt); on idle cores spinning is faster
