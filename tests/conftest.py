@@ -59,6 +59,17 @@ def pytest_configure_node(node) -> None:
     node.workerinput[CPU_RECORD] = _record
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's types)
+    """``--dist loadfile`` (``./run.sh test``) hands out the slowest files first
+    (tests/xdist_order.py); any other distribution is xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.xdist_order import SlowestFirstScheduling
+
+    return SlowestFirstScheduling(config, log)
+
+
 def _cpu_s(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
