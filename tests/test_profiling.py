@@ -5,11 +5,14 @@ COMM_COLL node, and a run that fails mid-profile still publishes a bundle that r
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
 import pytest
 
+from kit.bundle import redact_scan
+from kit.bundle.redact_rules import Redactor
 from kit.bundle.verify import verify_bundle
 
 from .conftest import bundle_path, kit_cli, rank_pid, start_long_run, wait_for_steps, why_failed
@@ -101,6 +104,49 @@ def test_a_redacted_pack_leaves_the_binary_ets_out_and_keeps_their_redacted_sour
     removed = json.loads((redacted / "manifest.json").read_text())["redaction"]["removed"]
     assert removed[-1].startswith("2 Chakra protobuf ET(s) (profile/chakra/*.et, binary) left out")
     assert (tp2 / "profile" / "chakra" / "rank0.et").exists()  # the original is untouched
+    # a trace names no host: its operators and types are left as they are (``int[1]`` of a
+    # schema is no Slurm node list, ``aten::transpose.int`` no host of the .int domain)
+    for rel in ("profile/rank0.json", "profile/chakra/rank0.host_et.json"):
+        text = (redacted / rel).read_text()
+        assert "<host>" not in text and "<nodelist>" not in text, rel
+        assert _operators(text) == _operators((tp2 / rel).read_text()), rel
+
+
+def _operators(trace: str) -> set[str]:
+    """The operator names a Kineto trace or host ET records, with their overloads."""
+    return set(re.findall(r'"name": "(aten::[\w.]+)', trace))
+
+
+def test_redacting_a_large_trace_by_its_hinted_lines_is_redacting_it_whole(tp2, monkeypatch):
+    """A large text is searched only from the lines where a rule can match
+    (kit.bundle.redact_scan): a real host ET and Kineto trace, with every kind of name a
+    bundle may hide written into them (some across lines), come out as a search of the whole
+    text makes them."""
+    seeds = ("export HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+             "api_key:\n\n   0f9e8d7c6b5a4f3e2d1c", "--hf-token\n  zz-token-value-77",
+             "Authorization: Bearer\n abcdefgh12345678", "#SBATCH -A\nproj-x", "-p gpu-q",
+             "SLURM_JOB_PARTITION=gpu-q", "#SBATCH --nodelist=gpu-node-[17-20]",
+             "peer gpu-node-19 gpu-node-42 login07.hpc.example.edu fd00::1234 10.20.30.40",
+             "10.1.2.3", "mail carol.jones@uni-example.de", "cache /work/dave7x/cache",
+             "GPU-618c5ede-81ec-b472-43ee-23bfe3919b57 Serial Number :\n 1652422012345",
+             "SLURMD_NODENAME=n07 nodes n[01-04,9] USER=bob")
+    lines = (tp2 / "profile" / "chakra" / "rank0.host_et.json").read_text().split("\n")
+    lines += (tp2 / "profile" / "rank0.json").read_text().split("\n")
+    step = len(lines) // len(seeds)
+    for i, seed in reversed(list(enumerate(seeds))):
+        lines.insert(i * step, seed)
+    text = "\n".join(lines)
+
+    def redact() -> tuple[str, dict]:
+        redactor = Redactor([text], ["gpu-node-17.cluster.example.org"], [], partitions=True)
+        return redactor.text(text), dict(redactor.counts)
+
+    hinted = redact()
+    monkeypatch.setattr(redact_scan, "LARGE", len(text) + 1)  # every text searched whole
+    assert hinted == redact()
+    assert all(hinted[1].get(rule) for rule in (
+        "secrets", "accounts", "partitions", "user names", "e-mail addresses", "host names",
+        "ip addresses", "device uuids", "device serials")), hinted[1]
 
 
 @pytest.mark.timeout(300)

@@ -12,8 +12,10 @@ import getpass
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
+
+from kit.bundle.redact_scan import Hint, LinedText, Replacement
 
 SECRET_NAME = (r"[A-Za-z0-9_]*(?:(?<!PER_)TOKEN(?!S|IZER)|KEY(?!S)|SECRET|PASSWORD|PASSWD"
                r"|PASSPHRASE|CREDENTIAL|AUTH|COOKIE)[A-Za-z0-9_]*")
@@ -34,9 +36,18 @@ _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w
 _UUID = re.compile(r"(?i)\b(?:(GPU|MIG)-)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
                    r"[0-9a-f]{12})\b")
 _NODE_LIST = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*)\[([\d,\s-]+)\]([\w.-]*)")
+"""Slurm's host list syntax, in a value known to name hosts (``--nodelist=gpu-[01-04,7]``)."""
+_NODE_LIST_IN_TEXT = re.compile(
+    r"(?<![\w.-])([A-Za-z][\w.-]*)\[(\d+-\d+(?:,\d+(?:-\d+)?)*|\d+(?:,\d+(?:-\d+)?)+)\]"
+    r"([\w.-]*)")
+"""A host list anywhere in a text: a range or several numbers in the brackets, as Slurm writes
+one (a single host is never bracketed); ``int[1]`` and ``bool[3]`` of an operator's schema in a
+profile trace are no host lists."""
 _PUBLIC_FQDN = re.compile(
-    r"(?i)(?<![\w.@-])(?:[a-z0-9-]+\.)+(?:com|org|net|edu|gov|mil|int|local|localdomain|lan"
-    r"|internal|intranet|intra|corp|cluster|hpc)(?![\w-])")
+    r"(?i)(?<![\w.@-])(?<!::)(?:[a-z0-9-]+\.)+(?:com|org|net|edu|gov|mil|int|local|localdomain"
+    r"|lan|internal|intranet|intra|corp|cluster|hpc)(?![\w-])")
+"""A host of a common domain; not an operator's overload after C++'s ``::``
+(``aten::transpose.int`` of a profile trace)."""
 _USER_SOURCES = re.compile(
     r"/(?:home|homes|Users|users|u|scratch|work|lustre|gpfs|nfs)/([A-Za-z_][\w.-]*)"
     r"|\b(?:USER|LOGNAME|SLURM_JOB_USER|SUDO_USER)=([A-Za-z_][\w.-]*)")
@@ -51,37 +62,38 @@ _SERIAL_SOURCES = re.compile(r"(?i)\bserial(?:[ _]?number)?\b[\"']?\s*[:=]\s*[\"
 _SERIAL_KEY = re.compile(r"(?i)serial")
 _NOT_NAMES = frozenset({"root", "localhost", "node", "none", "null", "true", "false"})
 
-_NEEDS: dict[re.Pattern[str], tuple[str, ...]] = {
-    _TOKEN_FORMATS: ("hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "xox",
-                     "sk-", "bearer"),
-    _SECRET_ASSIGN: ("token", "key", "secret", "pass", "credential", "auth", "cookie"),
-    _SECRET_OPTION: ("--",),
-    _EMAIL: ("@",),
-    _PUBLIC_FQDN: tuple(f".{tld}" for tld in ("com", "org", "net", "edu", "gov", "mil", "int",
-                                               "local", "lan", "internal", "intra", "corp",
-                                               "cluster", "hpc")),
-    _USER_SOURCES: ("/home", "/users/", "/u/", "/scratch/", "/work/", "/lustre/", "/gpfs/",
-                    "/nfs/", "user=", "logname="),
-    _HOST_SOURCES: ("hostname=", "nodename=", "submit_host=", "nodelist", "master_addr=",
-                    "--rdzv"),
-    _ACCOUNT_SOURCES: ("--account", "#sbatch", "slurm_job_account="),
-    _PARTITION_SOURCES: ("--partition", "#sbatch", "slurm_job_partition="),
-    _SERIAL_SOURCES: ("serial",),
-    _NODE_LIST: ("[",),
+_HINTS: dict[re.Pattern[str], Hint] = {
+    _TOKEN_FORMATS: Hint(("hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "akia",
+                          "xox", "sk-", "bearer"), crossings=1),
+    _SECRET_ASSIGN: Hint(("token", "key", "secret", "pass", "credential", "auth", "cookie"),
+                         crossings=2),
+    _SECRET_OPTION: Hint(("--",), crossings=1),
+    _EMAIL: Hint(("@",)),
+    _PUBLIC_FQDN: Hint(tuple(f".{tld}" for tld in ("com", "org", "net", "edu", "gov", "mil",
+                                                   "int", "local", "lan", "internal", "intra",
+                                                   "corp", "cluster", "hpc"))),
+    _USER_SOURCES: Hint(("/home", "/users/", "/u/", "/scratch/", "/work/", "/lustre/", "/gpfs/",
+                         "/nfs/", "user=", "logname=")),
+    _HOST_SOURCES: Hint(("hostname=", "nodename=", "submit_host=", "nodelist", "master_addr=",
+                         "--rdzv")),
+    _ACCOUNT_SOURCES: Hint(("--account", "#sbatch", "slurm_job_account="), crossings=2),
+    _PARTITION_SOURCES: Hint(("--partition", "#sbatch", "slurm_job_partition="), crossings=1),
+    _SERIAL_SOURCES: Hint(("serial",), crossings=2),
+    _NODE_LIST_IN_TEXT: Hint(witness=re.compile(r"\[(?<=[\w.-]\[)\d")),
+    _UUID: Hint(witness=re.compile(r"-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-")),
+    _IPV4: Hint(witness=re.compile(r"\.\d{1,3}\.\d{1,3}\.\d")),
+    _IPV6: Hint(witness=re.compile(r":[0-9A-Fa-f]{0,4}:")),
 }
-"""Per pattern, lower-case strings at least one of which every match contains: a text with
-none of them is not searched (a 3 MB profile trace took 0.1-0.7 s per pattern, ~25 of them)."""
-
-
-def _may_match(pattern: re.Pattern[str], low: str) -> bool:
-    """Whether ``pattern`` can match the text whose lower-case form is ``low``."""
-    needs = _NEEDS.get(pattern)
-    return needs is None or any(n in low for n in needs)
+"""Per pattern, what every match holds on the line where it starts, and how many line breaks
+it can cross (through whitespace): a text without the hint is not searched, and in a large
+one only the lines with it are (kit.bundle.redact_scan; a 10 MB host ET took 0.2-2 s per
+pattern searched whole, ~25 of them). A witness pattern starts with a fixed character, which
+``re`` finds fast."""
 
 
 def _literal(pattern: re.Pattern[str], text: str) -> re.Pattern[str]:
-    """``pattern``, with the lower-case ``text`` every match contains (see :data:`_NEEDS`)."""
-    _NEEDS[pattern] = (text.lower(),)
+    """``pattern``, whose every match contains ``text`` (case ignored) on one line."""
+    _HINTS[pattern] = Hint((text.lower(),))
     return pattern
 
 
@@ -122,33 +134,32 @@ class Redactor:
                 that order).
             partitions: Also hide Slurm partition names.
         """
-        texts = list(texts)
-        lowered = [(t, t.lower()) for t in texts]  # what _NEEDS is looked for in
+        lined = [LinedText(t) for t in texts]
         self.counts: Counter[str] = Counter()
         self.partitions = partitions
-        hosts = self._collect_hosts(lowered, inventory_hosts)
+        hosts = self._collect_hosts(lined, inventory_hosts)
         self._hosts = [(self._host_pattern(h), name) for h, name in hosts]
         self._families = self._host_families([h for h, _ in hosts])
-        self._users = [_word(u) for u in sorted(self._collect(lowered, _USER_SOURCES, True),
+        self._users = [_word(u) for u in sorted(self._collect(lined, _USER_SOURCES, True),
                                                 key=len, reverse=True)]
-        self._accounts = [_word(a) for a in self._collect(lowered, _ACCOUNT_SOURCES)]
-        self._partitions = ([_word(p) for p in self._collect(lowered, _PARTITION_SOURCES,
+        self._accounts = [_word(a) for a in self._collect(lined, _ACCOUNT_SOURCES)]
+        self._partitions = ([_word(p) for p in self._collect(lined, _PARTITION_SOURCES,
                                                              split=",")]
                             if partitions else [])
         uuids = [m.group(2).lower() for u in inventory_uuids for m in _UUID.finditer(u)]
-        for t in texts:
-            uuids += [m.group(2).lower() for m in _UUID.finditer(t)]
+        for t in lined:
+            uuids += [m.group(2).lower() for _, _, m in t.finditer(_UUID, _HINTS[_UUID])]
         self._uuids = {u: f"uuid-{i}" for i, u in enumerate(dict.fromkeys(uuids))}
         self._serials = {s: f"serial-{i}" for i, s in enumerate(sorted(
-            self._collect(lowered, _SERIAL_SOURCES)))}
+            self._collect(lined, _SERIAL_SOURCES)))}
         self._serial_patterns = [(_word(s), p) for s, p in self._serials.items()]
 
     @staticmethod
-    def _collect(lowered: list[tuple[str, str]], pattern: re.Pattern[str], add_me: bool = False,
+    def _collect(lined: list[LinedText], pattern: re.Pattern[str], add_me: bool = False,
                  split: str | None = None) -> set[str]:
-        """Names ``pattern``'s groups find in the texts (each with its lower-case form)."""
-        found = {name for t, low in lowered if _may_match(pattern, low)
-                 for m in pattern.finditer(t) for name in m.groups() if name}
+        """Names ``pattern``'s groups find in the texts."""
+        found = {name for t in lined for _, _, m in t.finditer(pattern, _HINTS[pattern])
+                 for name in m.groups() if name}
         if split:
             found = {part for name in found for part in name.split(split) if part}
         if add_me:
@@ -159,8 +170,7 @@ class Redactor:
         return {n for n in found if len(n) > 1 and n.lower() not in _NOT_NAMES}
 
     @staticmethod
-    def _collect_hosts(lowered: list[tuple[str, str]],
-                       inventory: list[str]) -> list[tuple[str, str]]:
+    def _collect_hosts(lined: list[LinedText], inventory: list[str]) -> list[tuple[str, str]]:
         """Every host name seen, with its pseudonym: node<N> for the inventory's, else
         host<K>; a FQDN's first label stands for it too."""
         seen: dict[str, str] = {}
@@ -168,11 +178,11 @@ class Redactor:
             if host and host.lower() not in _NOT_NAMES:
                 seen.setdefault(host.split(".")[0].lower(), f"node{n}")
         extra: list[str] = []
-        for t, low in lowered:
-            for m in (_HOST_SOURCES.finditer(t) if _may_match(_HOST_SOURCES, low) else ()):
+        for t in lined:
+            for _, _, m in t.finditer(_HOST_SOURCES, _HINTS[_HOST_SOURCES]):
                 value = (m.group(1) or m.group(2)).rsplit(":", 1)[0]
                 extra += expand_node_list(value)
-            for m in (_NODE_LIST.finditer(t) if _may_match(_NODE_LIST, low) else ()):
+            for _, _, m in t.finditer(_NODE_LIST_IN_TEXT, _HINTS[_NODE_LIST_IN_TEXT]):
                 extra += expand_node_list(m.group(0))
         for host in sorted(set(extra)):
             short = host.split(".")[0].lower()
@@ -203,15 +213,9 @@ class Redactor:
                          max(re.split(r"\d+", host), key=len))  # in every name of the family
                 for stem, host in sorted(families.items())]
 
-    def _sub(self, rule: str, pattern: re.Pattern[str],
-             repl: str | Callable[[re.Match[str]], str], text: str) -> str:
-        if not _may_match(pattern, self._low):
-            return text
-        text, count = pattern.subn(repl, text)
-        self.counts[rule] += count
-        if count:
-            self._low = text.lower()
-        return text
+    def _sub(self, rule: str, pattern: re.Pattern[str], repl: Replacement,
+             text: LinedText) -> None:
+        self.counts[rule] += text.subn(pattern, _HINTS.get(pattern), repl)
 
     def _ip(self, match: re.Match[str]) -> str:
         try:
@@ -229,28 +233,29 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """Return ``text`` with every rule applied."""
-        self._low = text.lower()
-        text = self._sub("secrets", _TOKEN_FORMATS, "<secret>", text)
-        text = self._sub("secrets", _SECRET_ASSIGN, r"\1\2<secret>", text)
-        text = self._sub("secrets", _SECRET_OPTION, r"\1\2<secret>", text)
-        text = self._sub("e-mail addresses", _EMAIL, "<email>", text)
-        text = self._sub("device uuids", _UUID, self._uuid, text)
+        lined = LinedText(text)
+        self._sub("secrets", _TOKEN_FORMATS, "<secret>", lined)
+        self._sub("secrets", _SECRET_ASSIGN, r"\1\2<secret>", lined)
+        self._sub("secrets", _SECRET_OPTION, r"\1\2<secret>", lined)
+        self._sub("e-mail addresses", _EMAIL, "<email>", lined)
+        self._sub("device uuids", _UUID, self._uuid, lined)
         for pattern, serial in self._serial_patterns:
-            text = self._sub("device serials", pattern, serial, text)
-        text = self._sub("host names", _NODE_LIST, "<nodelist>", text)
+            self._sub("device serials", pattern, serial, lined)
+        self._sub("host names", _NODE_LIST_IN_TEXT, "<nodelist>", lined)
         for pattern, name in self._hosts:
-            text = self._sub("host names", pattern, name, text)
+            self._sub("host names", pattern, name, lined)
         for pattern in self._families:
-            text = self._sub("host names", pattern, "<host>", text)
-        text = self._sub("host names", _PUBLIC_FQDN, "<host>", text)
+            self._sub("host names", pattern, "<host>", lined)
+        self._sub("host names", _PUBLIC_FQDN, "<host>", lined)
         for pattern in self._accounts:
-            text = self._sub("accounts", pattern, "<account>", text)
+            self._sub("accounts", pattern, "<account>", lined)
         for pattern in self._partitions:
-            text = self._sub("partitions", pattern, "<partition>", text)
+            self._sub("partitions", pattern, "<partition>", lined)
         for pattern in self._users:
-            text = self._sub("user names", pattern, "<user>", text)
-        text = _IPV4.sub(self._ip, text)
-        return _IPV6.sub(self._ip, text)
+            self._sub("user names", pattern, "<user>", lined)
+        lined.subn(_IPV4, _HINTS[_IPV4], self._ip)  # counted by _ip: not every match is one
+        lined.subn(_IPV6, _HINTS[_IPV6], self._ip)
+        return lined.text
 
     def json(self, value: Any, key: str = "") -> Any:
         """A copy of a JSON value with :meth:`text` applied to every string; the value of a key
