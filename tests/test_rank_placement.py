@@ -8,7 +8,6 @@ end-to-end check against what ranks report is in test_run_cpu.
 import itertools
 
 import pytest
-from megatron.core.parallel_state import RankGenerator
 
 from kit.engines import ENGINES, engine_spec
 from kit.errors import KitInputError
@@ -30,6 +29,9 @@ LAYOUTS = [
 
 @pytest.mark.parametrize(("tp", "cp", "dp", "pp", "ep"), LAYOUTS)
 def test_megatron_placement_matches_megatron_core(tp, cp, dp, pp, ep):
+    engine_spec("megatron").build()  # imports megatron-core with its compiles deferred
+    from megatron.core.parallel_state import RankGenerator
+
     dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=ORDER)
     world = tp * cp * dp * pp
     expert = RankGenerator(tp=tp, ep=ep, dp=world // (tp * ep * pp), pp=pp, cp=1, order=ORDER)
