@@ -1,7 +1,8 @@
 """`run --profile-steps/--profile-ranks/--chakra` on real 2-rank gloo runs: the per-rank
 breakdown partitions each profiled step, collectives have the right types and sizes, the
 pipeline bubble is measured beside the analytical one, Chakra ETs carry gloo's all-reduce as a
-COMM_COLL node, and a run that fails mid-profile still publishes a bundle that reads."""
+COMM_COLL node, a redacted pack leaves the traces' operators as they are, and a run that fails
+mid-profile still publishes a bundle that reads."""
 
 import json
 import os
