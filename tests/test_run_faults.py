@@ -113,7 +113,11 @@ def test_signals_until_the_launcher_exits_do_not_change_its_exit_code(tmp_path):
     bundle = bundle_path(out)
     verify_bundle(bundle)
     m = manifest(bundle)
-    assert m["status"] == "interrupted" and m["error"].startswith("stopped by signal SIGTERM")
+    # the first is the group's SIGTERM, unless the storm's first SIGINT came within the 20 ms
+    # before the launcher was scheduled: the kernel delivers signals pending together lowest
+    # number first, and nothing can tell which was sent first (seen beside the suite's workers)
+    assert m["status"] == "interrupted" and m["error"].startswith((
+        "stopped by signal SIGTERM", "stopped by signal SIGINT")), m["error"]
 
 
 @pytest.mark.timeout(240)
