@@ -275,12 +275,24 @@ def wait_for_steps(out: Path, steps: int, timeout_s: float = 300, rank: int = 0)
     raise AssertionError(f"the run did not reach {steps} steps in {timeout_s} s")
 
 
-def rank_pid(launcher_pid: int, rank: int) -> int | None:
-    """PID of the rank ``rank`` the launcher ``launcher_pid`` started: a child running the
-    worker with RANK=rank in its environment, or, for ranks forked on a CPU platform (whose
-    ``/proc`` environment is their zygote's), the pid its launcher record names."""
-    from kit.launch.rankfile import read_launcher_record
+def recorded_rank_pids(staging: Path) -> dict[int, int]:
+    """Pids of a run's ranks by global rank, as its launcher or node agents recorded them
+    (those of ranks not started yet are missing)."""
+    from kit.launch.rankfile import NODES_DIR, read_launcher_record, read_node_record
 
+    pids = dict(enumerate(read_launcher_record(staging).rank_pids))
+    for path in (staging / NODES_DIR).glob("node*.json"):
+        record = read_node_record(staging, int(path.stem.removeprefix("node")))
+        if record is not None:
+            pids.update(zip(record.ranks, record.rank_pids, strict=False))
+    return pids
+
+
+def rank_pid(launcher_pid: int, rank: int) -> int | None:
+    """PID of the rank ``rank`` the launcher (or node agent) ``launcher_pid`` started: a child
+    running the worker with RANK=rank in its environment, or, for ranks forked on a CPU
+    platform (whose ``/proc`` environment is their zygote's), the pid its launcher or node
+    agent recorded."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -299,10 +311,10 @@ def rank_pid(launcher_pid: int, rank: int) -> int | None:
             folder = argv[argv.index("kit.launch.worker") + 1]
             staging = Path(f"/proc/{pid}/cwd").resolve() / folder
             try:
-                pids = read_launcher_record(staging).rank_pids
+                pids = recorded_rank_pids(staging)
             except (OSError, ValueError):  # not written yet
                 continue
-            if rank < len(pids):
+            if rank in pids:
                 return pids[rank]
     return None
 

@@ -1,7 +1,9 @@
 """Multi-node runs without Slurm: two node agents on this host, like torchrun on two nodes.
 
 Each test starts two real ``charllm-kit run --launcher torchrun`` processes (node 0 and node 1,
-2 gloo ranks each: gpt3-tiny TP2 x DP2) that meet at a rendezvous endpoint on localhost.
+2 gloo ranks each: gpt3-tiny TP2 x DP2) that meet at a rendezvous endpoint on localhost. On this
+CPU platform each agent forks its ranks from one process that imported for both
+(kit.launch.elastic_fork).
 """
 
 import json
@@ -12,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -26,14 +29,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_node(node: int, out: Path, port: int, *extra: str, steps: int = 3) -> subprocess.Popen:
-    """One node agent: ``run ... --launcher torchrun --node-rank NODE``."""
+def start_node(node: int, out: Path, port: int, *extra: str, steps: int = 3,
+               env: dict[str, str] | None = None) -> subprocess.Popen:
+    """One node agent: ``run ... --launcher torchrun --node-rank NODE`` (``env``: added to
+    this process's environment)."""
     return subprocess.Popen(
         [sys.executable, "-m", "kit", "run", "gpt3-tiny", "--nodes", "2", "--tp", "2",
          "--dp", "2", "--launcher", "torchrun", "--node-rank", str(node), "--rdzv-endpoint",
          f"127.0.0.1:{port}", "--steps", str(steps), "--warmup", "1", "--out", str(out), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), start_new_session=True,
     )
 
 
@@ -125,6 +130,7 @@ def test_a_rank_killed_on_node_1_fails_the_run_naming_node_rank_and_signal(tmp_p
     wait_for_rank_steps(tmp_path, 3, 2, [node0, node1])
     victim = rank_pid(node1.pid, 3)  # node 1's agent starts its ranks 2 and 3
     assert victim is not None, "rank 3 is not a child of node 1's agent"
+    assert "kit.launch.rank_fork" in psutil.Process(victim).cmdline(), "not forked"
     os.kill(victim, signal.SIGKILL)
     (rc0, out0, err0), (rc1, out1, _) = finish([node0, node1], timeout=200)
     assert rc0 == 1 and rc1 == 1, err0
@@ -201,3 +207,30 @@ def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "not every node joined the rendezvous" in lines[0], r.stderr
     assert " within 3 s (" in lines[0], lines[0]
+
+
+@pytest.mark.timeout(300)
+def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path, cli):
+    """megatron-core's import raising in each node's zygote: every rank ends as the import did
+    (exit code 1, the traceback in each node's first rank's log), the run fails naming one of
+    them, and no process of the run is left."""
+    hook = tmp_path / "hook"
+    (hook / "megatron").mkdir(parents=True)
+    (hook / "megatron" / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
+    port = free_port()
+    broken = {"PYTHONPATH": str(hook)}
+    node0 = start_node(0, tmp_path / "out", port, env=broken)
+    node1 = start_node(1, tmp_path / "out", port, env=broken)
+    (rc0, out0, err0), (rc1, out1, _) = finish([node0, node1], timeout=200)
+    assert rc0 == 1 and rc1 == 1, err0
+    bundle = bundle_path(out0)
+    assert bundle_path(out1) == bundle
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "failed"
+    assert " exit code 1 on node " in m["error"] and "broken on purpose" in m["error"], m["error"]
+    assert [r["exit_code"] for r in m["ranks"]] == [1, 1, 1, 1], m["ranks"]
+    for first in ("rank0.log", "rank2.log"):
+        assert "broken on purpose" in (bundle / "logs" / first).read_text()
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if str(tmp_path) in " ".join(p.info["cmdline"] or [])]

@@ -1,11 +1,15 @@
 """CPU seconds a CPU-platform run costs, over the launcher and every process under it.
 
-Two A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two cores):
+Three A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two cores):
 
 * ``fork``: a 2-rank ``gpt3-tiny`` run with the kit at a reference commit (every rank imports
   torch and the engine) against this tree (ranks forked from one process that imported once,
   kit/launch/rank_fork.py). The reference is a ``git worktree``, the launcher's working folder
   and first on PYTHONPATH, which the ranks inherit.
+* ``nodes``: a two-node ``gpt3-tiny --tp 2 --dp 2`` run (``--launcher torchrun``, both node
+  agents on this host) with the kit at a reference commit (each node's ranks started by torch's
+  elastic agent, every one importing) against this tree (each agent forks its node's ranks,
+  kit/launch/elastic_fork.py).
 * ``omp``: a 1-rank run beside one busy process (as the suite's other worker is), with
   OpenMP's default wait policy and with ``OMP_WAIT_POLICY=PASSIVE`` (tests/conftest.py).
 
@@ -14,10 +18,12 @@ last 50 ms may be missed: the same for both sides). Usage, from the repository r
 kit's venv active::
 
     python benchmarks/reliability/run_cpu_cost.py --ref e46306e --reps 3 > results/x.txt
+    python benchmarks/reliability/run_cpu_cost.py --ref 9aaf50d --only nodes > results/y.txt
 """
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,32 +67,60 @@ def run_cmd(out: Path, *args: str) -> list[str]:
             "--out", str(out)]
 
 
+def two_nodes_cmd(out: Path) -> list[str]:
+    """Both node agents of a two-node torchrun run on this host, under one shell."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    node = ("{py} -m kit run gpt3-tiny --nodes 2 --tp 2 --dp 2 --launcher torchrun --node-rank {k}"
+            " --rdzv-endpoint 127.0.0.1:{port} --steps 3 --warmup 1 --out {out} >/dev/null")
+    both = " & ".join(node.format(py=sys.executable, k=k, port=port, out=out) for k in (0, 1))
+    return ["bash", "-c", f"{both} & wait"]
+
+
 def main() -> None:
     """Print both comparisons (module docstring), one line per run."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ref", required=True, help="commit whose ranks each import (before the fork)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", choices=("fork", "nodes", "omp"), action="append",
+                    help="run only this comparison (repeatable; default: all three)")
     args = ap.parse_args()
+    only = set(args.only or ("fork", "nodes", "omp"))
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, cwd=REPO).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {os.cpu_count()} cores, "
           f"python {sys.version.split()[0]}, kit {head} against {args.ref}")
-    print(f"$ python benchmarks/reliability/run_cpu_cost.py --ref {args.ref} --reps {args.reps}")
+    print(f"$ python benchmarks/reliability/run_cpu_cost.py --ref {args.ref} --reps {args.reps}"
+          + "".join(f" --only {o}" for o in args.only or ()))
     with tempfile.TemporaryDirectory() as tmp:
         ref = Path(tmp) / "ref"
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(ref), args.ref],
                        cwd=REPO, check=True)
         try:
-            print("# fork: gpt3-tiny --dp 2 --steps 3, idle host; wall s, CPU s (all processes)")
-            for rep in range(args.reps):
+            if "fork" in only:
+                print("# fork: gpt3-tiny --dp 2 --steps 3, idle host; wall s, CPU s "
+                      "(all processes)")
+            for rep in range(args.reps if "fork" in only else 0):
                 for name, path in ((f"ref {args.ref} (each rank imports)", ref),
                                    (f"this {head} (ranks forked)", REPO)):
                     env = dict(os.environ, PYTHONPATH=str(path))
                     wall, cpu, _ = tree_cpu(run_cmd(Path(tmp) / "out", "--dp", "2",
                                                     "--steps", "3"), env, cwd=path)
                     print(f"fork rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
+            if "nodes" in only:
+                print("# nodes: gpt3-tiny --nodes 2 --tp 2 --dp 2 --launcher torchrun --steps 3, "
+                      "idle host; wall s, CPU s (all processes)")
+            for rep in range(args.reps if "nodes" in only else 0):
+                for name, path in ((f"ref {args.ref} (each rank imports)", ref),
+                                   (f"this {head} (each node's ranks forked)", REPO)):
+                    env = dict(os.environ, PYTHONPATH=str(path))
+                    wall, cpu, _ = tree_cpu(two_nodes_cmd(Path(tmp) / "out"), env, cwd=path)
+                    print(f"nodes rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(ref)], cwd=REPO)
+        if "omp" not in only:
+            return
         print("# omp: gpt3-tiny --steps 30 (1 rank, 2 threads) beside one busy process")
         hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:

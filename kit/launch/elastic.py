@@ -5,7 +5,8 @@ the static rendezvous (``--node-rank`` fixes each node's place, so node K holds 
 K x per-node .. ) on node 0's endpoint, and no restarts: a failed rank ends the run, whose bundle
 says so. Each rank is the kit's worker (kit.launch.worker; kit.fabric.worker for the fabric
 benchmark) with its output in ``logs/rank<N>.log``; the agent sets RANK, LOCAL_RANK,
-GROUP_RANK, WORLD_SIZE and MASTER_ADDR.
+GROUP_RANK, WORLD_SIZE and MASTER_ADDR. On a CPU platform a node's training ranks are forked
+from one process that imported for them, as a one-node run's are (kit.launch.elastic_fork).
 
 SIGINT and SIGTERM stay with the kit's signal counter (the agent handles only SIGHUP and
 SIGQUIT its own way): a watcher thread forwards the first as SIGTERM to the ranks, which stop
@@ -20,7 +21,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 from torch.distributed.elastic.agent.server.api import WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
@@ -28,6 +28,8 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
+from kit.launch import rank_fork
+from kit.launch.elastic_fork import RankStarter
 from kit.launch.local import (
     FAILURE_GRACE_S,
     INTERRUPT_GRACE_S,
@@ -58,27 +60,16 @@ WORKER_SHELL = 'exec "$0" -m "$3" "$1" >"$2/rank$RANK.log" 2>&1'
 """Each rank: the worker module, its output in its rank's log (RANK comes from the agent)."""
 
 
-def _workers(worker: str) -> list[psutil.Process]:
-    """This agent's rank processes (children running the module ``worker``)."""
-    out = []
-    for child in psutil.Process().children():
-        try:
-            if worker in child.cmdline():
-                out.append(child)
-        except psutil.Error:
-            continue
-    return out
-
-
-def _signal_workers(sig: signal.Signals, worker: str) -> list[int]:
-    """Send ``sig`` to every rank still running; return the ranks it reached."""
+def _signal_ranks(sig: signal.Signals, pids: dict[int, int]) -> list[int]:
+    """Send ``sig`` to every rank still running (``pids`` by global rank); the ranks reached."""
     reached = []
-    for proc in _workers(worker):
+    for rank, pid in sorted(pids.items()):
+        if _has_exited(pid):
+            continue
         try:
-            rank = int(proc.environ().get("RANK", "-1"))
-            proc.send_signal(sig)
+            os.kill(pid, sig)
             reached.append(rank)
-        except psutil.Error:
+        except ProcessLookupError:
             continue
     return reached
 
@@ -102,29 +93,23 @@ class _Watcher(threading.Thread):
     """
 
     def __init__(self, interrupts: SignalCounter, outcome: LaunchOutcome,
-                 on_poll: Callable[[], None] | None, ranks: int, worker: str) -> None:
+                 on_poll: Callable[[], None] | None, starter: RankStarter) -> None:
         super().__init__(daemon=True, name="rank-watcher")
         self.done = threading.Event()
         self.ended: dict[int, float] = {}
-        self._pids: dict[int, int] = {}
-        self._ranks, self._worker = ranks, worker
+        self._starter = starter
         self._interrupts, self._outcome, self._on_poll = interrupts, outcome, on_poll
 
     def _note_exits(self) -> None:
-        """Learn the ranks' pids until all started, and stamp those that ended since."""
-        starting = len(self._pids) < self._ranks
-        for proc in _workers(self._worker) if starting else ():
-            try:
-                self._pids.setdefault(int(proc.environ().get("RANK", "-1")), proc.pid)
-            except psutil.Error:
-                continue
+        """Stamp the ranks that ended since the last look."""
         now = time.time()
-        for rank, pid in self._pids.items():
+        for rank, pid in self._starter.pids.items():
             if rank not in self.ended and _has_exited(pid):
                 self.ended[rank] = now
 
     def run(self) -> None:
         seen, deadline, polled = 0, None, 0.0
+        termed: set[int] = set()  # ranks sent SIGTERM (those started after the signal too)
         while not self.done.wait(WATCH_S):
             self._note_exits()
             if time.monotonic() - polled < 0.2:
@@ -133,13 +118,16 @@ class _Watcher(threading.Thread):
             if self._interrupts.count > seen:
                 if seen == 0:
                     self._outcome.interrupted = True
-                    _signal_workers(signal.SIGTERM, self._worker)
                     deadline = time.monotonic() + INTERRUPT_GRACE_S
                 else:
                     deadline = time.monotonic()
                 seen = self._interrupts.count
+            if seen and self._starter.pids.keys() - termed:
+                fresh = {r: p for r, p in self._starter.pids.items() if r not in termed}
+                _signal_ranks(signal.SIGTERM, fresh)
+                termed |= fresh.keys()
             if deadline is not None and time.monotonic() > deadline:
-                self._outcome.killed += _signal_workers(signal.SIGKILL, self._worker)
+                self._outcome.killed += _signal_ranks(signal.SIGKILL, self._starter.pids)
                 deadline = None
             if self._on_poll is not None:
                 self._on_poll()
@@ -187,10 +175,14 @@ def launch_elastic(
     interrupts: SignalCounter,
     on_poll: Callable[[], None] | None = None,
     worker: str = WORKER,
+    on_started: Callable[[list[int]], None] | None = None,
 ) -> LaunchOutcome:
     """Run this node's ranks of ``cfg`` under torch's elastic agent and wait for them.
 
-    ``interrupts`` must be active around the call; each rank runs ``python -m <worker>``.
+    ``interrupts`` must be active around the call; each rank runs ``python -m <worker>``, or
+    on a CPU platform is forked from one process that imported for the node's ranks
+    (kit.launch.elastic_fork). ``on_started`` gets the ranks' pids, in rank order, once they
+    are started.
     Exit times of failed ranks are when the watcher saw them end (:func:`_failure_exits`), else
     the whole second torch's agent stamped; of ranks that succeeded, the end of the run.
 
@@ -215,11 +207,14 @@ def launch_elastic(
         start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S,
         shutdown_timeout=int(FAILURE_GRACE_S),
     )
-    watcher = _Watcher(interrupts, outcome, on_poll, per_node, worker)
+    starter = RankStarter(worker == WORKER and rank_fork.usable(cfg.platform.is_cpu), worker,
+                          staging, logs_dir, interrupts, on_started)
+    watcher = _Watcher(interrupts, outcome, on_poll, starter)
     watcher.start()
     outcome.started = True
     try:
-        result = agent.run()
+        with starter.installed():
+            result = agent.run()
     finally:
         watcher.done.set()
         watcher.join()

@@ -179,12 +179,19 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
             write_node_record(staging.path, record)
             chunks = node_chunks(staging.chunks_dir, role.node)
             chunks.mkdir(parents=True, exist_ok=True)
+            watchdog = stall_watchdog(cfg, staging.path, role.node, interrupts)
+
+            def started(pids: list[int]) -> None:
+                if watchdog is not None:
+                    watchdog.know_ranks(pids)
+                record.rank_pids = pids
+                write_node_record(staging.path, record)
+
             outcome, report, notes, launch_error = sample_and_launch(
                 cfg, chunks, role.node,
                 lambda on_poll: launch_elastic(cfg, staging.path, staging.logs_dir, role,
-                                               interrupts, on_poll, worker),
-                progress_watcher(cfg, staging.path) if role.node == 0 else None,
-                stall_watchdog(cfg, staging.path, role.node, worker, interrupts))
+                                               interrupts, on_poll, worker, started),
+                progress_watcher(cfg, staging.path) if role.node == 0 else None, watchdog)
             facts = report.devices if report else {}
             gpus = next((d for name, d in facts.items() if d and name != "replay"), None)
             record.inventory = node_inventory(gpus, per_node).model_dump(mode="json")

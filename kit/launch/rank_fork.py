@@ -10,7 +10,9 @@ engine (the worker's ``preload``), then forks every rank; each rank is then what
 The zygote runs nothing but imports: a process that ran an OpenMP region cannot fork a child
 that uses OpenMP again (the child hangs), and no thread of its own is running. It is used for
 CPU platforms only: a GPU rank's start is bounded by the device's set-up, not by the CPU, and
-it keeps the plain start that every engine documents.
+it keeps the plain start that every engine documents. A one-node run's launcher forks all
+ranks (kit.launch.local); each node agent of a multi-node run forks its node's ranks under
+torch's elastic agent (kit.launch.elastic_fork).
 
 The ranks must be the launcher's children, which it reaps and signals as it does spawned
 ones. The launcher is a child subreaper (Linux ``prctl``) while the zygote runs: the zygote
@@ -43,10 +45,8 @@ PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process."""
 RANK_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 """Blocked while the zygote forks, and in each rank until its handlers are set (worker)."""
-RANK_VARIABLES = ("RANK", "LOCAL_RANK")
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "ROLE_RANK")
 """Variables of one rank that the zygote's own environment leaves out."""
-ZYGOTE_LOG = "rank0.log"
-"""Where the zygote writes what the imports print: rank 0's log, which rank 0 appends to."""
 
 
 def _set_subreaper(on: bool) -> bool:
@@ -69,6 +69,14 @@ class ForkedRank:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """Reap the rank if it has ended; its ``Popen``-style return code, or None."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
     def wait(self) -> int:
         """Reap the rank (one thread does); its ``Popen``-style return code."""
@@ -108,12 +116,15 @@ def fork_ranks(
 ) -> dict[int, ForkedRank] | None:
     """Start the zygote, wait while it imports and forks, and return the ranks it forked.
 
+    ``envs`` holds each rank's whole environment, by global rank. What the imports print goes
+    to the first rank's log, which that rank then appends to.
+
     While it imports, ``on_poll`` runs every ``poll_s``; a signal counted by ``interrupts``
     stops it (SIGTERM, a second one SIGKILL): then no rank is started and None is returned.
 
     Raises:
         ZygoteFailed: It ended without forking (an import failed: its traceback ends
-            ``logs/rank0.log``), or the kernel refused the subreaper.
+            first rank's log), or the kernel refused the subreaper.
     """
     if not _set_subreaper(True):
         raise ZygoteFailed(1)
@@ -126,9 +137,9 @@ def fork_ranks(
 def _run_zygote(worker: str, staging: Path, envs: dict[int, dict[str, str]], logs_dir: Path,
                 interrupts: SignalCounter, on_poll: Callable[[], None] | None,
                 poll_s: float) -> dict[int, ForkedRank] | None:
-    base = {k: v for k, v in envs[0].items() if k not in RANK_VARIABLES}
+    base = {k: v for k, v in envs[min(envs)].items() if k not in RANK_VARIABLES}
     plan = {str(r): {"env": env, "log": str(logs_dir / f"rank{r}.log")} for r, env in envs.items()}
-    with (logs_dir / ZYGOTE_LOG).open("w") as log:
+    with (logs_dir / f"rank{min(envs)}.log").open("w") as log:
         zygote = subprocess.Popen(
             [sys.executable, "-m", __name__, worker, str(staging)], env=base,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
@@ -184,7 +195,7 @@ def _rank(worker_module: object, staging: Path, spec: dict, started: float, zygo
     try:
         os.close(answer_fd)
         os.setsid()
-        # appended: rank 0's log begins with the zygote's output; the others are new files
+        # appended: the first rank's log begins with the zygote's output; the others are new
         log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)

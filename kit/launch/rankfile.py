@@ -238,6 +238,8 @@ class NodeRecord:
         create_time: The agent's process start time (psutil): with ``pid`` it tells the agent
             from a later process that got the same pid (``bundle recover``).
         slurm_job_id: The Slurm job the agent ran in, if any (``bundle recover`` records it).
+        rank_pids: Process ids of its ranks, in rank order, once started (a forked rank's
+            ``/proc`` environment is its zygote's, without ``RANK``).
     """
 
     node: int
@@ -254,6 +256,7 @@ class NodeRecord:
     clock_start: dict[str, float] | None = None
     create_time: float | None = None
     slurm_job_id: str | None = None
+    rank_pids: list[int] = field(default_factory=list)
 
     def agent_alive(self) -> bool:
         """Whether the agent still runs (False when it ran on another host: cannot tell)."""

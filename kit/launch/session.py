@@ -246,7 +246,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
         write_config(staging.path, cfg)
         marks.mark("staged")
 
-        watchdog = stall_watchdog(cfg, staging.path, 0, worker, interrupts)
+        watchdog = stall_watchdog(cfg, staging.path, 0, interrupts)
 
         def started(pids: list[int], spawned: float) -> None:
             marks.mark("ranks_spawned", spawned)

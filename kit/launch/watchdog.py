@@ -132,14 +132,14 @@ def stall_policy(cfg: RunConfig) -> StallPolicy | None:
     return StallPolicy(cfg.stall_timeout_s, frozenset(slow), cfg.max_total_steps)
 
 
-def stall_watchdog(cfg: RunConfig, staging: Path, node: int, worker: str,
+def stall_watchdog(cfg: RunConfig, staging: Path, node: int,
                    interrupts: SignalCounter) -> "StallWatchdog | None":
     """The watchdog of node ``node``'s ranks, or None when the run has none."""
     policy = stall_policy(cfg)
     if policy is None:
         return None
     local = min(cfg.ranks_per_node, cfg.world_size)
-    return StallWatchdog(cfg, policy, staging, node, local, worker, interrupts)
+    return StallWatchdog(cfg, policy, staging, node, local, interrupts)
 
 
 class StepProgress:
@@ -238,19 +238,6 @@ def stall_verdict(last_step: list[int], states: dict[int, str], stacked: dict[in
     return blamed, "; ".join(parts)
 
 
-def _learn_ranks(worker: str, known: dict[int, psutil.Process]) -> None:
-    """Add this process's rank children (running ``worker``) to ``known``, by global rank."""
-    pids = {p.pid for p in known.values()}
-    for child in psutil.Process().children():
-        if child.pid in pids:
-            continue
-        try:
-            if worker in child.cmdline():
-                known[int(child.environ()["RANK"])] = child
-        except (psutil.Error, KeyError, ValueError):
-            continue
-
-
 class StallWatchdog:
     """Polled by a launcher while its ranks run (module docstring).
 
@@ -259,9 +246,9 @@ class StallWatchdog:
     """
 
     def __init__(self, cfg: RunConfig, policy: StallPolicy, staging: Path, node: int,
-                 local_ranks: int, worker: str, interrupts: SignalCounter) -> None:
+                 local_ranks: int, interrupts: SignalCounter) -> None:
         self.tripped = False
-        self._policy, self._node, self._worker = policy, node, worker
+        self._policy, self._node = policy, node
         self._logs = staging / LOGS_DIR
         self._local_count, self._interrupts = local_ranks, interrupts
         self._progress = StepProgress(staging, cfg.world_size)
@@ -291,8 +278,6 @@ class StallWatchdog:
         self._checked = now
         if self._progress.read():
             self._t_progress = now
-        if len(self._procs) < self._local_count:
-            _learn_ranks(self._worker, self._procs)
         last = self._progress.last_step
         if (self._interrupts.count or min(last) >= self._policy.total_steps - 1
                 or len(self._procs) < self._local_count
