@@ -1,6 +1,6 @@
 """CPU seconds a CPU-platform run costs, over the launcher and every process under it.
 
-Three A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two cores):
+Four A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two cores):
 
 * ``fork``: a 2-rank ``gpt3-tiny`` run with the kit at a reference commit (every rank imports
   torch and the engine) against this tree (ranks forked from one process that imported once,
@@ -10,6 +10,8 @@ Three A/B comparisons behind issue 40's item 9 (the suite is CPU-bound on two co
   agents on this host) with the kit at a reference commit (each node's ranks started by torch's
   elastic agent, every one importing) against this tree (each agent forks its node's ranks,
   kit/launch/elastic_fork.py).
+* ``fabric``: ``charllm-kit fabric --nproc 4`` with the kit at a reference commit (each rank
+  a new interpreter importing torch) against this tree (the ranks forked).
 * ``omp``: a 1-rank run beside one busy process (as the suite's other worker is), with
   OpenMP's default wait policy and with ``OMP_WAIT_POLICY=PASSIVE`` (tests/conftest.py).
 
@@ -83,10 +85,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ref", required=True, help="commit whose ranks each import (before the fork)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", choices=("fork", "nodes", "omp"), action="append",
-                    help="run only this comparison (repeatable; default: all three)")
+    ap.add_argument("--only", choices=("fork", "nodes", "fabric", "omp"), action="append",
+                    help="run only this comparison (repeatable; default: all four)")
     args = ap.parse_args()
-    only = set(args.only or ("fork", "nodes", "omp"))
+    only = set(args.only or ("fork", "nodes", "fabric", "omp"))
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, cwd=REPO).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {os.cpu_count()} cores, "
@@ -117,6 +119,17 @@ def main() -> None:
                     env = dict(os.environ, PYTHONPATH=str(path))
                     wall, cpu, _ = tree_cpu(two_nodes_cmd(Path(tmp) / "out"), env, cwd=path)
                     print(f"nodes rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
+            if "fabric" in only:
+                print("# fabric: fabric --nproc 4 --sizes 64K --iters 2 --warmup 1, idle host; "
+                      "wall s, CPU s (all processes)")
+            for rep in range(args.reps if "fabric" in only else 0):
+                for name, path in ((f"ref {args.ref} (each rank imports)", ref),
+                                   (f"this {head} (ranks forked)", REPO)):
+                    env = dict(os.environ, PYTHONPATH=str(path))
+                    cmd = [sys.executable, "-m", "kit", "fabric", "--nproc", "4", "--sizes",
+                           "64K", "--iters", "2", "--warmup", "1", "--out", str(Path(tmp) / "out")]
+                    wall, cpu, _ = tree_cpu(cmd, env, cwd=path)
+                    print(f"fabric rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(ref)], cwd=REPO)
         if "omp" not in only:

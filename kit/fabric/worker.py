@@ -1,6 +1,7 @@
 """Entry point of one fabric rank: ``python -m kit.fabric.worker STAGING_DIR``.
 
-Started by the same launcher as training ranks (kit.launch.local), it reads the resolved
+Started by the same launcher as training ranks (kit.launch.local; on a CPU platform forked from
+one process that imported torch for all, kit.launch.rank_fork), it reads the resolved
 config, and for each collective and size runs ``warmup`` untimed and at least ``steps`` timed
 operations in a host loop and, on CUDA devices, the same operations replayed from a CUDA graph
 (kit.fabric.timing). Every rank's mean times are all-reduced; rank 0 reports each point as it
@@ -10,6 +11,7 @@ training ranks do, so the launcher and the bundle see how it ended.
 """
 
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from kit.fabric.progress import report_point
 from kit.fabric.results import RESULTS_NAME, FabricPoint, FabricResults
 from kit.fabric.spec import CollectiveOp, FabricSpec
 from kit.fabric.timing import GRAPH_NCCL_ENV, iterations_for, time_cuda_graph, time_host_loop
+from kit.launch.rank_fork import RANK_SIGNALS
 from kit.launch.rankfile import RankResult, read_config, write_rank_result
 
 
@@ -80,8 +83,19 @@ def _point(op: CollectiveOp, size: int, iters: int, loop: tuple[float, float, fl
                        **graph)
 
 
-def run_rank(staging: Path) -> int:
-    """Run this rank's measurements; return its exit code."""
+def preload(staging: Path) -> None:
+    """What a zygote imports once for the fabric ranks it forks (kit.launch.rank_fork): this
+    module's imports, torch and torch.distributed, are all a fabric rank needs."""
+
+
+def run_rank(staging: Path, started: float | None = None) -> int:
+    """Run this rank's measurements; return its exit code.
+
+    ``started`` (when a forked rank's zygote began) is not used: a fabric rank keeps no
+    start-up phases. A forked rank starts with SIGTERM and SIGINT blocked; they are let
+    through here, with their default action.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RANK_SIGNALS)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     result = RankResult(rank=rank, local_rank=local_rank, node=int(os.environ.get("GROUP_RANK",

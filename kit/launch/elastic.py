@@ -207,8 +207,8 @@ def launch_elastic(
         start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S,
         shutdown_timeout=int(FAILURE_GRACE_S),
     )
-    starter = RankStarter(worker == WORKER and rank_fork.usable(cfg.platform.is_cpu), worker,
-                          staging, logs_dir, interrupts, on_started)
+    starter = RankStarter(rank_fork.usable(cfg.platform.is_cpu, worker), worker, staging,
+                          logs_dir, interrupts, on_started)
     watcher = _Watcher(interrupts, outcome, on_poll, starter)
     watcher.start()
     outcome.started = True

@@ -43,6 +43,9 @@ from kit.lifecycle import process_start_time
 
 PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process."""
+FORKABLE = ("kit.launch.worker", "kit.fabric.worker")
+"""Worker modules a zygote can run: each has ``preload(staging)`` and
+``run_rank(staging, started=...)``, and unblocks :data:`RANK_SIGNALS` once it handles them."""
 RANK_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 """Blocked while the zygote forks, and in each rank until its handlers are set (worker)."""
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "ROLE_RANK")
@@ -58,9 +61,10 @@ def _set_subreaper(on: bool) -> bool:
         return False
 
 
-def usable(cpu: bool) -> bool:
-    """Whether this run's ranks are forked: a CPU platform on Linux (``fork``, ``prctl``)."""
-    return cpu and sys.platform == "linux" and _set_subreaper(False)
+def usable(cpu: bool, worker: str) -> bool:
+    """Whether this run's ranks are forked: a CPU platform on Linux (``fork``, ``prctl``) and
+    a worker module that can be (:data:`FORKABLE`)."""
+    return cpu and worker in FORKABLE and sys.platform == "linux" and _set_subreaper(False)
 
 
 class ForkedRank:
