@@ -62,15 +62,25 @@ class ForkedRanks:
 
     def _poll(self) -> RunProcsResult | None:
         """As torch's ``SubprocessContext``: None while all run; once any failed or all ended,
-        the others are closed and the result says how each failed rank ended."""
+        the others are closed and the result says how each failed rank ended.
+
+        The failures are listed in the order they were found (kit.launch.elastic reads it as
+        the order they ended in, where its own look saw them end together). Among ranks found
+        failed in one look, those ended by a signal come first: a signal comes from outside
+        the run (a kill, the OOM killer), while a peer's error exit in the same look is most
+        often that rank's loss (gloo's "Connection reset by peer").
+        """
+        found = []
         for lr in sorted(self._running):
             code = self._ranks[lr].poll()
             if code is None:
                 continue
             self._running.discard(lr)
             if code != 0:
-                self._failures[lr] = ProcessFailure(local_rank=lr, pid=self._ranks[lr].pid,
-                                                    exitcode=code, error_file="")
+                found.append((code >= 0, lr, code))
+        for _, lr, code in sorted(found):
+            self._failures[lr] = ProcessFailure(local_rank=lr, pid=self._ranks[lr].pid,
+                                                exitcode=code, error_file="")
         if self._running and not self._failures:
             return None
         self.close()
