@@ -25,7 +25,6 @@ kit's venv active::
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from kit.launch.local import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,17 +72,31 @@ def run_cmd(out: Path, *args: str) -> list[str]:
 
 def two_nodes_cmd(out: Path) -> list[str]:
     """Both node agents of a two-node torchrun run on this host, under one shell."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     node = ("{py} -m kit run gpt3-tiny --nodes 2 --tp 2 --dp 2 --launcher torchrun --node-rank {k}"
             " --rdzv-endpoint 127.0.0.1:{port} --steps 3 --warmup 1 --out {out} >/dev/null")
     both = " & ".join(node.format(py=sys.executable, k=k, port=port, out=out) for k in (0, 1))
     return ["bash", "-c", f"{both} & wait"]
 
 
+def fabric_cmd(out: Path) -> list[str]:
+    """A 4-rank fabric run of one size."""
+    return [sys.executable, "-m", "kit", "fabric", "--nproc", "4", "--sizes", "64K", "--iters",
+            "2", "--warmup", "1", "--out", str(out)]
+
+
+AB = {
+    "fork": ("gpt3-tiny --dp 2 --steps 3", "ranks forked",
+             lambda out: run_cmd(out, "--dp", "2", "--steps", "3")),
+    "nodes": ("gpt3-tiny --nodes 2 --tp 2 --dp 2 --launcher torchrun --steps 3",
+              "each node's ranks forked", two_nodes_cmd),
+    "fabric": ("fabric --nproc 4 --sizes 64K --iters 2 --warmup 1", "ranks forked", fabric_cmd),
+}
+"""The reference-against-this-tree comparisons: what runs, what this tree does, its command."""
+
+
 def main() -> None:
-    """Print both comparisons (module docstring), one line per run."""
+    """Print the comparisons asked for (module docstring), one line per run."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ref", required=True, help="commit whose ranks each import (before the fork)")
     ap.add_argument("--reps", type=int, default=3)
@@ -100,36 +115,15 @@ def main() -> None:
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(ref), args.ref],
                        cwd=REPO, check=True)
         try:
-            if "fork" in only:
-                print("# fork: gpt3-tiny --dp 2 --steps 3, idle host; wall s, CPU s "
-                      "(all processes)")
-            for rep in range(args.reps if "fork" in only else 0):
-                for name, path in ((f"ref {args.ref} (each rank imports)", ref),
-                                   (f"this {head} (ranks forked)", REPO)):
-                    env = dict(os.environ, PYTHONPATH=str(path))
-                    wall, cpu, _ = tree_cpu(run_cmd(Path(tmp) / "out", "--dp", "2",
-                                                    "--steps", "3"), env, cwd=path)
-                    print(f"fork rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
-            if "nodes" in only:
-                print("# nodes: gpt3-tiny --nodes 2 --tp 2 --dp 2 --launcher torchrun --steps 3, "
-                      "idle host; wall s, CPU s (all processes)")
-            for rep in range(args.reps if "nodes" in only else 0):
-                for name, path in ((f"ref {args.ref} (each rank imports)", ref),
-                                   (f"this {head} (each node's ranks forked)", REPO)):
-                    env = dict(os.environ, PYTHONPATH=str(path))
-                    wall, cpu, _ = tree_cpu(two_nodes_cmd(Path(tmp) / "out"), env, cwd=path)
-                    print(f"nodes rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
-            if "fabric" in only:
-                print("# fabric: fabric --nproc 4 --sizes 64K --iters 2 --warmup 1, idle host; "
-                      "wall s, CPU s (all processes)")
-            for rep in range(args.reps if "fabric" in only else 0):
-                for name, path in ((f"ref {args.ref} (each rank imports)", ref),
-                                   (f"this {head} (ranks forked)", REPO)):
-                    env = dict(os.environ, PYTHONPATH=str(path))
-                    cmd = [sys.executable, "-m", "kit", "fabric", "--nproc", "4", "--sizes",
-                           "64K", "--iters", "2", "--warmup", "1", "--out", str(Path(tmp) / "out")]
-                    wall, cpu, _ = tree_cpu(cmd, env, cwd=path)
-                    print(f"fabric rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
+            for what in (w for w in AB if w in only):
+                run, this, cmd = AB[what]
+                print(f"# {what}: {run}, idle host; wall s, CPU s (all processes)")
+                for rep in range(args.reps):
+                    for name, path in ((f"ref {args.ref} (each rank imports)", ref),
+                                       (f"this {head} ({this})", REPO)):
+                        env = dict(os.environ, PYTHONPATH=str(path))
+                        wall, cpu, _ = tree_cpu(cmd(Path(tmp) / "out"), env, cwd=path)
+                        print(f"{what} rep {rep}  {name:40s} wall {wall:6.1f}  cpu {cpu:6.1f}")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(ref)], cwd=REPO)
         if "omp" not in only:
