@@ -54,6 +54,39 @@ def manifest(bundle: Path) -> dict:
     return json.loads((bundle / "manifest.json").read_text())
 
 
+TORCH_2_11_AGENT = """\
+import sys
+if "--node-rank" in sys.orig_argv:
+    from torch.distributed.elastic.agent.server import local_elastic_agent as lea
+    init = lea.LocalElasticAgent.__init__
+    def __init__(self, spec, logs_specs, start_method="spawn", exit_barrier_timeout=300,
+                 log_line_prefix_template=None):
+        init(self, spec, logs_specs, start_method, exit_barrier_timeout, log_line_prefix_template)
+    lea.LocalElasticAgent.__init__ = __init__
+"""
+"""torch 2.11's LocalElasticAgent: its constructor takes no ``shutdown_timeout``."""
+
+BROKEN_AGENT = """\
+import sys
+if "--node-rank" in sys.orig_argv:
+    from torch.distributed.elastic.agent.server import local_elastic_agent as lea
+    def run(self, role="default"):
+        raise RuntimeError("agent broken on purpose")
+    lea.LocalElasticAgent.run = run
+"""
+"""torch's agent raising as it starts the node's ranks."""
+
+
+def agent_hook(tmp_path: Path, code: str) -> dict[str, str]:
+    """The environment for node agents whose torch agent is changed by ``code`` (a
+    ``sitecustomize`` that acts only in the node agents' process)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH"))
+                                          if p)}
+
+
 @pytest.mark.timeout(300)
 def test_two_nodes_make_one_bundle_with_both_nodes_telemetry_and_inventory(tmp_path, cli):
     port = free_port()
@@ -232,5 +265,44 @@ def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path
     assert [r["exit_code"] for r in m["ranks"]] == [1, 1, 1, 1], m["ranks"]
     for first in ("rank0.log", "rank2.log"):
         assert "broken on purpose" in (bundle / "logs" / first).read_text()
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_run_under_a_torch_agent_without_shutdown_timeout(tmp_path, cli):
+    """torch 2.11 (the GPU machines' torch) has no ``shutdown_timeout``: the run trains as
+    under the torch that has it (the argument was passed unconditionally once, and every
+    multi-node run there failed at the agent's construction)."""
+    port = free_port()
+    env = agent_hook(tmp_path, TORCH_2_11_AGENT)
+    (rc0, out0, err0), (rc1, _, err1) = finish(
+        [start_node(0, tmp_path / "out", port, env=env),
+         start_node(1, tmp_path / "out", port, env=env)])
+    assert rc0 == 0 and rc1 == 0, err0 + err1
+    m = manifest(bundle_path(out0))
+    assert m["status"] == "ok", m["error"]
+    steps = pq.read_table(bundle_path(out0) / "steps.parquet").to_pylist()
+    assert {r["rank"] for r in steps} == {0, 1, 2, 3}
+
+
+@pytest.mark.timeout(300)
+def test_a_node_agent_that_raises_is_the_runs_headline(tmp_path, cli):
+    """torch's agent raising on every node before any rank starts: the run fails with that
+    error as its headline (not a rank that never ran), both nodes exit 1 with the bundle."""
+    port = free_port()
+    env = agent_hook(tmp_path, BROKEN_AGENT)
+    (rc0, out0, err0), (rc1, out1, _) = finish(
+        [start_node(0, tmp_path / "out", port, env=env),
+         start_node(1, tmp_path / "out", port, env=env)], timeout=200)
+    assert rc0 == 1 and rc1 == 1, err0
+    bundle = bundle_path(out0)
+    assert bundle_path(out1) == bundle
+    assert cli("bundle", "verify", str(bundle)).returncode == 0
+    m = manifest(bundle)
+    assert m["status"] == "failed"
+    assert m["error"] == "node 0: launcher: RuntimeError: agent broken on purpose", m["error"]
+    notes = json.loads((bundle / "metrics.json").read_text())["notes"]
+    assert "node 1: launcher: RuntimeError: agent broken on purpose" in notes, notes
     assert not [p for p in psutil.process_iter(["cmdline"])
                 if str(tmp_path) in " ".join(p.info["cmdline"] or [])]

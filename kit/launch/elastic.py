@@ -13,6 +13,7 @@ SIGQUIT its own way): a watcher thread forwards the first as SIGTERM to the rank
 together at the next step boundary, as the local launcher does, and kills them after the grace.
 """
 
+import inspect
 import os
 import signal
 import sys
@@ -153,6 +154,15 @@ def _failure_exits(failures: dict[int, ProcessFailure],
     return exits
 
 
+def _shutdown_grace() -> dict[str, int]:
+    """The agent's wait between SIGTERM and SIGKILL when it stops ranks: the kit's
+    FAILURE_GRACE_S where this torch's agent takes it (``shutdown_timeout``); torch 2.11's
+    agent has no such argument and always waits its own 30 s."""
+    if "shutdown_timeout" in inspect.signature(LocalElasticAgent.__init__).parameters:
+        return {"shutdown_timeout": int(FAILURE_GRACE_S)}
+    return {}
+
+
 def _worker_spec(cfg: RunConfig, staging: Path, logs_dir: Path, role: NodeRole,
                  worker: str) -> WorkerSpec:
     params = RendezvousParameters(
@@ -204,8 +214,7 @@ def launch_elastic(
     agent = LocalElasticAgent(
         spec=_worker_spec(cfg, staging, logs_dir, role, worker),
         logs_specs=DefaultLogsSpecs(log_dir=str(agent_dir)),
-        start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S,
-        shutdown_timeout=int(FAILURE_GRACE_S),
+        start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S, **_shutdown_grace(),
     )
     starter = RankStarter(rank_fork.usable(cfg.platform.is_cpu, worker), worker, staging,
                           logs_dir, interrupts, on_started)

@@ -268,7 +268,9 @@ def _merge_and_publish(cfg: RunConfig, staging: BundleStaging, command: list[str
                     staging.logs_dir)
     if dead and end.status != "interrupted":
         end = RunEnd("failed", _dead_agent(dead[0], results, nodes), end.exits)
-    elif end.status == "ok" and any(rec and rec.error for rec in records):
+    elif end.status != "interrupted" and any(rec and rec.error for rec in records):
+        # an agent that raised (torch's agent, its rendezvous) started no rank or lost them: its
+        # error says why, the ranks' "ended without writing its result" would not
         end = RunEnd("failed", next(f"node {k}: {rec.error}" for k, rec in enumerate(records)
                                     if rec and rec.error), end.exits)
     end.notes += notes
