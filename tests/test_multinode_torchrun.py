@@ -77,14 +77,20 @@ if "--node-rank" in sys.orig_argv:
 """torch's agent raising as it starts the node's ranks."""
 
 
+def first_on_path(hook: Path) -> dict[str, str]:
+    """The environment that puts ``hook`` first on PYTHONPATH, keeping what is there (the GPU
+    machine's carried wheels are on it)."""
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH"))
+                                          if p)}
+
+
 def agent_hook(tmp_path: Path, code: str) -> dict[str, str]:
     """The environment for node agents whose torch agent is changed by ``code`` (a
     ``sitecustomize`` that acts only in the node agents' process)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(code)
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH"))
-                                          if p)}
+    return first_on_path(hook)
 
 
 @pytest.mark.timeout(300)
@@ -251,7 +257,7 @@ def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path
     (hook / "megatron").mkdir(parents=True)
     (hook / "megatron" / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
     port = free_port()
-    broken = {"PYTHONPATH": str(hook)}
+    broken = first_on_path(hook)
     node0 = start_node(0, tmp_path / "out", port, env=broken)
     node1 = start_node(1, tmp_path / "out", port, env=broken)
     (rc0, out0, err0), (rc1, out1, _) = finish([node0, node1], timeout=200)
