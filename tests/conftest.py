@@ -138,6 +138,13 @@ def shared(tmp_path_factory: pytest.TempPathFactory, name: str,
         return value
 
 
+def first_on_pythonpath(folder: Path) -> dict[str, str]:
+    """The PYTHONPATH that puts ``folder`` (a test's ``sitecustomize`` or stand-in package)
+    first, keeping what is there (the GPU machine's carried wheels are on it)."""
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH"))
+                                          if p)}
+
+
 def kit_cli(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     """Run ``python -m kit ARGS`` and capture its output."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")

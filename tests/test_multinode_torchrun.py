@@ -18,7 +18,15 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, bundle_path, kit_cli, rank_pid, recover_once_stopped, why_failed
+from tests.conftest import (
+    REPO,
+    bundle_path,
+    first_on_pythonpath,
+    kit_cli,
+    rank_pid,
+    recover_once_stopped,
+    why_failed,
+)
 
 
 def free_port() -> int:
@@ -77,20 +85,27 @@ if "--node-rank" in sys.orig_argv:
 """torch's agent raising as it starts the node's ranks."""
 
 
-def first_on_path(hook: Path) -> dict[str, str]:
-    """The environment that puts ``hook`` first on PYTHONPATH, keeping what is there (the GPU
-    machine's carried wheels are on it)."""
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH"))
-                                          if p)}
-
-
 def agent_hook(tmp_path: Path, code: str) -> dict[str, str]:
     """The environment for node agents whose torch agent is changed by ``code`` (a
     ``sitecustomize`` that acts only in the node agents' process)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(code)
-    return first_on_path(hook)
+    return first_on_pythonpath(hook)
+
+
+def both_nodes(out: Path, env: dict[str, str],
+               timeout: float = 240) -> list[tuple[int, str, str]]:
+    """Run node 0 and node 1 of one run, each with ``env`` added, to their end."""
+    port = free_port()
+    return finish([start_node(0, out, port, env=env), start_node(1, out, port, env=env)],
+                  timeout=timeout)
+
+
+def left_running(tmp_path: Path) -> list[psutil.Process]:
+    """Processes whose command line names ``tmp_path`` (the run's nodes, ranks, sampler)."""
+    return [p for p in psutil.process_iter(["cmdline"])
+            if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.mark.timeout(300)
@@ -256,11 +271,8 @@ def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path
     hook = tmp_path / "hook"
     (hook / "megatron").mkdir(parents=True)
     (hook / "megatron" / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
-    port = free_port()
-    broken = first_on_path(hook)
-    node0 = start_node(0, tmp_path / "out", port, env=broken)
-    node1 = start_node(1, tmp_path / "out", port, env=broken)
-    (rc0, out0, err0), (rc1, out1, _) = finish([node0, node1], timeout=200)
+    (rc0, out0, err0), (rc1, out1, _) = both_nodes(tmp_path / "out", first_on_pythonpath(hook),
+                                                   timeout=200)
     assert rc0 == 1 and rc1 == 1, err0
     bundle = bundle_path(out0)
     assert bundle_path(out1) == bundle
@@ -271,8 +283,7 @@ def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path
     assert [r["exit_code"] for r in m["ranks"]] == [1, 1, 1, 1], m["ranks"]
     for first in ("rank0.log", "rank2.log"):
         assert "broken on purpose" in (bundle / "logs" / first).read_text()
-    assert not [p for p in psutil.process_iter(["cmdline"])
-                if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert not left_running(tmp_path)
 
 
 @pytest.mark.timeout(300)
@@ -280,11 +291,8 @@ def test_two_nodes_run_under_a_torch_agent_without_shutdown_timeout(tmp_path, cl
     """torch 2.11 (the GPU machines' torch) has no ``shutdown_timeout``: the run trains as
     under the torch that has it (the argument was passed unconditionally once, and every
     multi-node run there failed at the agent's construction)."""
-    port = free_port()
-    env = agent_hook(tmp_path, TORCH_2_11_AGENT)
-    (rc0, out0, err0), (rc1, _, err1) = finish(
-        [start_node(0, tmp_path / "out", port, env=env),
-         start_node(1, tmp_path / "out", port, env=env)])
+    (rc0, out0, err0), (rc1, _, err1) = both_nodes(tmp_path / "out",
+                                                   agent_hook(tmp_path, TORCH_2_11_AGENT))
     assert rc0 == 0 and rc1 == 0, err0 + err1
     m = manifest(bundle_path(out0))
     assert m["status"] == "ok", m["error"]
@@ -296,11 +304,8 @@ def test_two_nodes_run_under_a_torch_agent_without_shutdown_timeout(tmp_path, cl
 def test_a_node_agent_that_raises_is_the_runs_headline(tmp_path, cli):
     """torch's agent raising on every node before any rank starts: the run fails with that
     error as its headline (not a rank that never ran), both nodes exit 1 with the bundle."""
-    port = free_port()
-    env = agent_hook(tmp_path, BROKEN_AGENT)
-    (rc0, out0, err0), (rc1, out1, _) = finish(
-        [start_node(0, tmp_path / "out", port, env=env),
-         start_node(1, tmp_path / "out", port, env=env)], timeout=200)
+    (rc0, out0, err0), (rc1, out1, _) = both_nodes(tmp_path / "out",
+                                                   agent_hook(tmp_path, BROKEN_AGENT), timeout=200)
     assert rc0 == 1 and rc1 == 1, err0
     bundle = bundle_path(out0)
     assert bundle_path(out1) == bundle
@@ -310,5 +315,4 @@ def test_a_node_agent_that_raises_is_the_runs_headline(tmp_path, cli):
     assert m["error"] == "node 0: launcher: RuntimeError: agent broken on purpose", m["error"]
     notes = json.loads((bundle / "metrics.json").read_text())["notes"]
     assert "node 1: launcher: RuntimeError: agent broken on purpose" in notes, notes
-    assert not [p for p in psutil.process_iter(["cmdline"])
-                if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert not left_running(tmp_path)

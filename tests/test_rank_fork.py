@@ -19,7 +19,7 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 
-from .conftest import REPO, bundle_path, start_long_run, wait_for_steps
+from .conftest import REPO, bundle_path, first_on_pythonpath, start_long_run, wait_for_steps
 
 HOLD = """\
 import os, sys, time
@@ -45,8 +45,7 @@ def held_run(tmp_path: Path, *, broken: str | None = None) -> tuple[subprocess.P
     if broken is not None:
         (hook / "megatron").mkdir()
         (hook / "megatron" / "__init__.py").write_text(f"raise ImportError({broken!r})\n")
-    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path, HOLD_PID=str(tmp_path / "zygote.pid"),
+    env = dict(os.environ, **first_on_pythonpath(hook), HOLD_PID=str(tmp_path / "zygote.pid"),
                HOLD_GO=str(tmp_path / "go"))
     proc = subprocess.Popen(run_args(tmp_path / "out"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
