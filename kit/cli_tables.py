@@ -104,6 +104,7 @@ def resolved_summary(cfg: RunConfig) -> str:
                   f"= global {cfg.global_batch_size} ({cfg.tokens_per_step} tokens)"],
         ["optimizations", f"recompute={o.recompute} overlap={o.overlap} "
                           + engine_spec(cfg.engine).options_summary(cfg)],
+        ["step execution", engine_spec(cfg.engine).execution(cfg).describe()],
         ["dtype", cfg.dtype],
         ["steps", f"{cfg.warmup} warmup + {cfg.steps} measured"],
         ["parameters", f"{params_count(cfg.workload):,}"],
@@ -146,6 +147,7 @@ def print_dry_run(cfg: RunConfig, as_json: bool, memory: MemoryEstimate | None =
     """Print the resolved config and memory estimate (JSON with ``--json``)."""
     if as_json:
         out = cfg.model_dump(mode="json")
+        out["execution"] = engine_spec(cfg.engine).execution(cfg).as_json()
         if memory is not None:
             out["memory_estimate"] = memory.model_dump(mode="json")
         print(json.dumps(out, indent=2))

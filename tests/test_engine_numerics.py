@@ -49,22 +49,22 @@ def test_a_tiny_model_learns(cli, tmp_path):
 
 
 def test_speed_features_are_gpu_only_and_checked():
-    from kit.engines.megatron import speed
+    from kit.engines.megatron import features, speed
 
     cpu = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
     h100 = resolve(RunRequest(workload="gpt3-1.3b", platform="h100"))
-    assert speed.enabled(cpu) == frozenset()
-    assert speed.enabled(h100) == speed.DEFAULT and "compile" not in speed.DEFAULT
+    assert features.enabled(cpu) == frozenset()
+    assert features.enabled(h100) == features.DEFAULT and "compile" not in features.DEFAULT
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
-    assert speed.enabled(mi250) == speed.DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
-    assert speed.config_kwargs(h100, speed.DEFAULT)["gradient_accumulation_fusion"] is True
+    assert features.enabled(mi250) == features.DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
+    assert speed.config_kwargs(h100, features.DEFAULT)["gradient_accumulation_fusion"] is True
     fsdp = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True))
-    assert speed.enabled(fsdp) == speed.DEFAULT - {"wgrad_fusion"}
-    assert "gradient_accumulation_fusion" not in speed.config_kwargs(fsdp, speed.enabled(fsdp))
+    assert features.enabled(fsdp) == features.DEFAULT - {"wgrad_fusion"}
+    assert "gradient_accumulation_fusion" not in speed.config_kwargs(fsdp, features.enabled(fsdp))
     chosen = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True,
                                 speed="wgrad_fusion,fused_adam"))
-    assert speed.enabled(chosen) == {"fused_adam"}  # megatron-core's FSDP refuses it without TE
-    assert speed.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform="h100",
+    assert features.enabled(chosen) == {"fused_adam"}  # megatron-core's FSDP refuses it without TE
+    assert features.enabled(resolve(RunRequest(workload="gpt3-1.3b", platform="h100",
                                             speed="none"))) == frozenset()
     with pytest.raises(KitInputError, match="--speed: unknown feature.s. warp for the megatron "
                        "engine; known: fusions"):
@@ -102,32 +102,49 @@ def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():
 
 
 def test_cuda_graph_only_where_the_step_is_capturable(tmp_path):
-    from kit.engines.megatron import speed
+    from kit.engines import engine_spec
+    from kit.engines.megatron import features
 
     spec = yaml.safe_load((REPO / "platforms" / "h100.yaml").read_text())
     spec.update(devices_per_node=1, chassis=spec["chassis"][:1])
     one_gpu = tmp_path / "h100x1.yaml"  # the shipped h100 platform with one device per node
     one_gpu.write_text(yaml.safe_dump(spec))
     dense = resolve(RunRequest(workload="gpt3-1.3b", platform=str(one_gpu)))
-    assert speed.graph_blockers(dense) == [] and speed.use_cuda_graph(dense, speed.DEFAULT)
-    assert not speed.use_cuda_graph(dense, speed.DEFAULT - {"cuda_graph"})
+    assert features.graph_blockers(dense) == [] and features.use_cuda_graph(dense, features.DEFAULT)
+    assert not features.use_cuda_graph(dense, features.DEFAULT - {"cuda_graph"})
     sharded = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", tp=2, sp=True,
                                  dist_optimizer=True))
-    assert sharded.world_size == 8 and speed.use_cuda_graph(sharded, speed.DEFAULT)
+    assert sharded.world_size == 8 and features.use_cuda_graph(sharded, features.DEFAULT)
     # overlapped gradient reduction is captured (its parameter all-gather is not overlapped)
     overlapped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", dist_optimizer=True,
                                     overlap=True))
-    assert speed.graph_blockers(overlapped) == []
+    assert features.graph_blockers(overlapped) == []
+    # activation recomputation is captured (graph-safe RNG states, dropout 0)
+    for recompute in ("full", "selective"):
+        recomputed = resolve(RunRequest(workload="gpt3-1.3b", platform=str(one_gpu),
+                                        recompute=recompute))
+        assert engine_spec("megatron").execution(recomputed).as_json() == {
+            "mode": "graphed", "eager_because": []}
     piped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, cp=2,
                                global_batch_size=64, recompute="full"))
-    assert speed.graph_blockers(piped) == ["pipeline parallelism", "activation recomputation"]
+    assert features.graph_blockers(piped) == ["pipeline parallelism"]
     context = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", cp=2, tp=2, sp=True))
-    assert speed.graph_blockers(context) == [] and speed.use_cuda_graph(context, speed.DEFAULT)
-    assert not speed.use_cuda_graph(piped, speed.DEFAULT)
+    assert features.graph_blockers(context) == [] and features.use_cuda_graph(context,
+                                                                              features.DEFAULT)
+    assert not features.use_cuda_graph(piped, features.DEFAULT)
+    assert engine_spec("megatron").execution(piped).describe() == "eager (pipeline parallelism)"
     moe = resolve(RunRequest(workload="mixtral-tiny", platform=str(one_gpu)))
-    assert speed.graph_blockers(moe) == ["mixture of experts"]
+    assert features.graph_blockers(moe) == ["mixture of experts"]
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
-    assert "cuda_graph" not in speed.enabled(mi250)
+    assert "cuda_graph" not in features.enabled(mi250)
+    assert engine_spec("megatron").execution(mi250).eager_because == (
+        "cuda_graph not among the speed features",)
+    cpu = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
+    assert engine_spec("megatron").execution(cpu).eager_because == (
+        "CPU platform: no CUDA graphs",)
+    deepspeed = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", engine="deepspeed"))
+    assert engine_spec("deepspeed").execution(deepspeed).describe() == (
+        "eager (the deepspeed engine captures no CUDA graph)")
 
 
 def test_foreach_optimizer_ops_match_plain_arithmetic_and_swap_back():

@@ -64,7 +64,7 @@ def test_moe_layer_matches_a_plain_loop_over_experts_under_ep2():
 
 @pytest.mark.timeout(60)
 def test_grouped_gemm_is_a_speed_feature_for_bias_free_moe_only(tmp_path):
-    from kit.engines.megatron import adapter, speed
+    from kit.engines.megatron import adapter, features
     from kit.engines.megatron import model as kit_model
     from kit.engines.megatron.grouped_mlp import GroupedMLP
 
@@ -76,17 +76,17 @@ def test_grouped_gemm_is_a_speed_feature_for_bias_free_moe_only(tmp_path):
                                   speed=speed_))
 
     moe = h100("mixtral-tiny", "grouped_gemm")
-    assert speed.use_grouped_gemm(moe, speed.enabled(moe)) and experts(moe) is GroupedMLP
+    assert features.use_grouped_gemm(moe, features.enabled(moe)) and experts(moe) is GroupedMLP
     off = h100("mixtral-tiny", "fusions")
-    assert not speed.use_grouped_gemm(off, speed.enabled(off)) and experts(off) is not GroupedMLP
+    assert not features.use_grouped_gemm(off, features.enabled(off)) and experts(off) is not GroupedMLP
     default = h100("mixtral-tiny", None)  # measured to pay on an H100: on by default
-    assert speed.use_grouped_gemm(default, speed.enabled(default))
+    assert features.use_grouped_gemm(default, features.enabled(default))
     mi250 = resolve(RunRequest(workload="mixtral-tiny", platform="mi250", global_batch_size=16))
-    assert not speed.use_grouped_gemm(mi250, speed.enabled(mi250))  # unchecked on ROCm
+    assert not features.use_grouped_gemm(mi250, features.enabled(mi250))  # unchecked on ROCm
     cpu = resolve(RunRequest(workload="mixtral-tiny", platform="cpu"))
     assert experts(cpu) is not GroupedMLP  # no speed features on CPU
     dense = h100("gpt3-tiny", "grouped_gemm")
-    assert not speed.use_grouped_gemm(dense, speed.enabled(dense))
+    assert not features.use_grouped_gemm(dense, features.enabled(dense))
 
     spec = load_workload("mixtral-tiny").model_dump(exclude_none=True)
     spec.update(name="mixtral-tiny-bias", add_bias_linear=True)

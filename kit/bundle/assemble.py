@@ -407,6 +407,8 @@ def assemble_bundle(
             telemetry, device_of),
         expert_load=expert_load_summary(experts, getattr(cfg.workload, "moe_top_k", 0) or 0,
                                         cfg.parallel.ep),  # a fabric run has no workload model
+        execution=({} if cfg.workload.family == "fabric"
+                   else engine_spec(cfg.engine).execution(cfg).as_json()),
         notes=notes,
         samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, ClassVar
 
+from kit.engines.execution import EAGER, Execution
 from kit.errors import KitInputError
 from kit.spec.run import ParallelConfig, RunConfig
 
@@ -98,6 +99,11 @@ class EngineSpec(ABC):
     @abstractmethod
     def build(self) -> "Engine":
         """The engine object a rank trains with (imports the framework)."""
+
+    def execution(self, cfg: RunConfig) -> Execution:
+        """How ``cfg``'s training step executes (:mod:`kit.engines.execution`): eager unless
+        the engine captures its step in a CUDA graph."""
+        return Execution(EAGER, (f"the {self.name} engine captures no CUDA graph",))
 
     def options_summary(self, cfg: RunConfig) -> str:
         """The engine's own options in ``cfg``, for the dry-run table ("" when none)."""

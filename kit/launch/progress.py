@@ -15,8 +15,11 @@ class ProgressWatcher:
     """Poll rank 0's step log and draw a bar on a terminal, or print one line per step."""
 
     def __init__(self, path: Path, total: int, warmup: int, label: str,
-                 marks: Path | None = None) -> None:
+                 marks: Path | None = None, eager: str | None = None) -> None:
+        """``eager``: on a GPU, why the step runs eager instead of graphed (each step line
+        says so, since it paces the GPU from the host); None when graphed or on a CPU."""
         self.path, self.total, self.label, self.marks = path, total, label, marks
+        self._eager = eager
         self._offset = 0
         self._stage: str | None = None
         self._stepped = False
@@ -32,6 +35,8 @@ class ProgressWatcher:
             self._bar.start()
         else:
             print(f"{label}: starting {total} steps ({warmup} warmup)", file=sys.stderr)
+        if eager is not None:
+            self.say(f"step {eager}")
 
     def say(self, info: str) -> None:
         """Show what the run is doing now, between steps or before the first."""
@@ -65,6 +70,8 @@ class ProgressWatcher:
             self._stepped = True
             loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
             info = f"{rec['phase']} {rec['t_end'] - rec['t_start']:.3f}s/step loss {loss}"
+            if self._eager is not None:
+                info += f" [{self._eager}]"
             if rec["step"] >= self.total:  # rank 0 extended a measured phase that was short
                 self.total = rec["step"] + 1
                 info += " (measured phase extended to its minimum length)"

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kit import compile_cache
 from kit.bundle.writer import BundleStaging, new_bundle_id
+from kit.engines import engine_spec
 from kit.errors import RunNotPublished
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
 from kit.launch.progress import ProgressWatcher
@@ -205,8 +206,11 @@ def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | Fabric
 
         return FabricProgress(staging, cfg.workload, label, cfg.world_size,
                               cfg.workload.graph and not cfg.platform.is_cpu)
+    execution = engine_spec(cfg.engine).execution(cfg)
+    # on a GPU an eager step is a fallback from the graphed one, which each step line names
+    fallback = None if execution.graphed or cfg.platform.is_cpu else execution.describe()
     return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
-                           marks_path(staging, 0))
+                           marks_path(staging, 0), fallback)
 
 
 WARM_IMPORTS = ("kit.bundle.assemble", "kit.container.command")

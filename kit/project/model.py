@@ -58,9 +58,9 @@ def _same_model(run: MeasuredRun, target: RunConfig) -> bool:
 
 
 def _target_graphed(cfg: RunConfig) -> bool:
-    from kit.engines.megatron.speed import enabled, use_cuda_graph
+    from kit.engines import engine_spec
 
-    return use_cuda_graph(cfg, enabled(cfg))
+    return engine_spec(cfg.engine).execution(cfg).graphed
 
 
 def _choose(runs: list[MeasuredRun], cfg: RunConfig, graphed: bool) -> MeasuredRun:

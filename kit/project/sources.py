@@ -32,6 +32,7 @@ from kit.analysis.kernels import IDLE, RankBreakdown, read_breakdowns
 from kit.analysis.labels import rank_device
 from kit.bundle.reader import Bundle
 from kit.bundle.verified import read_verified_bundle
+from kit.engines.execution import execution_of
 from kit.errors import KitInputError
 from kit.fabric.results import read_fabric
 from kit.project.network import MeasuredFabric
@@ -168,12 +169,11 @@ def _step_times(bundle: Bundle, cfg: RunConfig) -> list[float]:
     return sorted((windows.end - windows.start)[keep].tolist())
 
 
-def _graphed(bundle: Bundle, cfg: RunConfig) -> bool:
-    """Whether the run's step was one CUDA graph: the feature on and the layout capturable."""
-    from kit.engines.megatron.speed import graph_blockers
-
-    note = next((n for n in bundle.metrics.notes if n.startswith("speed features:")), "")
-    return "cuda_graph" in note and not graph_blockers(cfg)
+def _graphed(bundle: Bundle) -> bool:
+    """Whether the run's step was one CUDA graph, as its bundle records it (its ``execution``,
+    else its notes)."""
+    execution = execution_of(bundle.metrics.execution, bundle.metrics.notes)
+    return execution is not None and execution.graphed
 
 
 def used_devices(bundle: Bundle) -> set[tuple[int, int]]:
@@ -253,7 +253,7 @@ def measured_run(bundle: Bundle) -> MeasuredRun:
         parts = StepParts({UNPROFILED: median}, {}, {}, 0.0, "none")
     power = MeasuredPower(*device_power(bundle), _warm_idle_w(bundle))
     return MeasuredRun(bundle, cfg, (min(q1, median), median, max(q3, median)), tuple(times),
-                       parts, optimizer, _graphed(bundle, cfg), power)
+                       parts, optimizer, _graphed(bundle), power)
 
 
 def _comm_power_w(bundles: list[Bundle]) -> float | None:

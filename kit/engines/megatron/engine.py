@@ -18,9 +18,10 @@ import torch.distributed as dist
 
 from kit import lifecycle
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
+from kit.engines.execution import Execution
 from kit.engines.data import SyntheticTokens
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
-from kit.engines.megatron import adapter, speed
+from kit.engines.megatron import adapter, features, speed
 from kit.engines.megatron.context_parallel import batch_on_this_rank
 from kit.engines.megatron.expert_load import ExpertLoad
 from kit.engines.megatron.model import build_model_chunks, transformer_config
@@ -72,6 +73,7 @@ class MegatronEngine(Engine):
         self._speed_notes: list[str] = []
         self._features: frozenset[str] = frozenset()
         self._graphed = False
+        self._execution: Execution | None = None
         self._phases: PhaseTimers | None = None
         self._graph: Any = None
         self._forward_step: Any = _forward_step
@@ -107,8 +109,9 @@ class MegatronEngine(Engine):
         torch.manual_seed(cfg.seed)
         from megatron.core import tensor_parallel
 
-        self._features = speed.enabled(cfg)
-        graph = self._graphed = speed.use_cuda_graph(cfg, self._features)
+        self._features = features.enabled(cfg)
+        self._execution = features.execution(cfg)
+        graph = self._graphed = self._execution.graphed
         # a CUDA graph replays generators only in their graph-safe form
         tensor_parallel.model_parallel_cuda_manual_seed(
             cfg.seed, **({} if cpu else {"use_cudagraphable_rng": graph, "force_reset_rng": True}))
@@ -138,8 +141,7 @@ class MegatronEngine(Engine):
 
                 label_moe_stages(chunks)
         if "cuda_graph" in self._features and not graph:
-            self._speed_notes.append(
-                f"cuda_graph off: {', '.join(speed.graph_blockers(cfg))} keep(s) the eager step")
+            self._speed_notes.append(self._execution.note())
         # per-phase timers, except in a graphed step (no Python runs there) or when switched off
         timed = cfg.phase_timers and not graph
         self._phases = PhaseTimers(self.config, cuda=not cpu) if timed else None
@@ -187,7 +189,7 @@ class MegatronEngine(Engine):
         assert cfg is not None
         o = cfg.optim
         sharded_optimizer = o.dist_optimizer or o.fsdp
-        # a graphed step cannot wait for an eager all-gather (speed.graph_blockers' docstring)
+        # a graphed step cannot wait for an eager all-gather (features.graph_blockers' docstring)
         gather_overlapped = o.overlap and sharded_optimizer and not self._graphed
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kit.engines.megatron import adapter, speed
+from kit.engines.megatron import adapter, features, speed
 from kit.spec.run import RunConfig
 from kit.spec.workload import padded_vocab_size
 
@@ -54,7 +54,7 @@ def transformer_config(cfg: RunConfig) -> Any:
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
     )
-    kwargs.update(speed.config_kwargs(cfg, speed.enabled(cfg)))
+    kwargs.update(speed.config_kwargs(cfg, features.enabled(cfg)))
     if o.recompute != "none":
         kwargs["recompute_granularity"] = o.recompute
         if o.recompute == "full":
@@ -91,11 +91,11 @@ def layer_spec(cfg: RunConfig) -> Any:
     spec = adapter.local_layer_spec(w.num_experts, rms_norm=w.normalization == "rmsnorm")
     attention = spec.submodules.self_attention.submodules
     attention.core_attention = ModuleSpec(module=SDPAttention)
-    if "fusions" in speed.enabled(cfg) and w.add_bias_linear:
+    if "fusions" in features.enabled(cfg) and w.add_bias_linear:
         from kit.engines.megatron.linears import BiasAddColumnParallelLinear
 
         attention.linear_qkv = BiasAddColumnParallelLinear
-    if speed.use_grouped_gemm(cfg, speed.enabled(cfg)):
+    if features.use_grouped_gemm(cfg, features.enabled(cfg)):
         from kit.engines.megatron.grouped_mlp import GroupedMLP
 
         adapter.use_experts(spec, GroupedMLP)

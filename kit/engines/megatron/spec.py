@@ -1,16 +1,11 @@
 """What the megatron engine can run where, and what it costs, known before any rank starts."""
 
-from kit.engines.megatron import adapter
+from kit.engines.execution import Execution
+from kit.engines.megatron import adapter, features
+from kit.engines.megatron.features import SPEED_FEATURES
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.spec.run import ParallelConfig, RunConfig
 
-SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
-                  "foreach_optim", "compile", "grouped_gemm", "sync_free_permute")
-"""GPU speed features (kit.engines.megatron.speed); all but ``compile`` and
-``sync_free_permute`` are on by default on NVIDIA GPUs (each measured to pay; ``grouped_gemm``
-acts on bias-free MoE layers only). ``sync_free_permute`` (MoE token permutation without a
-device-to-host wait, :mod:`kit.engines.megatron.moe_permute`) waits for its GPU measurement
-(``benchmarks/moe/breakdown_1gpu.sh``)."""
 GRAD_BUCKET_ELEMENTS = 40_000_000
 """Gradient elements per DDP bucket under ``--overlap`` (megatron-core's default size); without
 overlap the whole gradient buffer is one bucket."""
@@ -81,6 +76,9 @@ class MegatronSpec(EngineSpec):
             from kit.engines.megatron.engine import MegatronEngine
 
         return MegatronEngine()
+
+    def execution(self, cfg: RunConfig) -> Execution:
+        return features.execution(cfg)
 
     def options_summary(self, cfg: RunConfig) -> str:
         return f"dist_optimizer={cfg.optim.dist_optimizer} fsdp={cfg.optim.fsdp}"

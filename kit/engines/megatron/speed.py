@@ -25,67 +25,7 @@ from typing import Any
 import torch
 
 from kit.engines.kernels.compiled import compile_modules
-from kit.engines.kernels.features import chosen_features
-from kit.engines.megatron.spec import SPEED_FEATURES as FEATURES
 from kit.spec.run import RunConfig
-
-DEFAULT = frozenset(FEATURES) - {"compile", "sync_free_permute"}
-
-DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
-"""On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, ``cuda_graph``
-HIP graph capture of megatron-core's step and ``grouped_gemm`` torch's ``_grouped_mm`` kernel
-(CUTLASS on CUDA); all were checked on CUDA only (no AMD GPU was reachable), so they stay off
-until a ROCm run shows they work."""
-
-
-NOT_WITH_FSDP = frozenset({"wgrad_fusion"})
-"""Off under ``--fsdp``: megatron-core 0.19's Megatron-FSDP refuses
-``gradient_accumulation_fusion`` unless Transformer Engine >= 2.10 provides it."""
-
-
-def enabled(cfg: RunConfig) -> frozenset[str]:
-    """The speed features for ``cfg``.
-
-    :data:`DEFAULT` on NVIDIA, :data:`DEFAULT_AMD` on AMD, none on CPU, less
-    :data:`NOT_WITH_FSDP` under ``--fsdp``. The run's ``--speed`` (a subset of
-    :data:`~kit.engines.megatron.spec.SPEED_FEATURES`, checked by the spec, or ``none``)
-    overrides the default, for measuring what each feature buys.
-    """
-    chosen = chosen_features(cfg, DEFAULT, DEFAULT_AMD)
-    return chosen - NOT_WITH_FSDP if cfg.optim.fsdp else chosen
-
-
-def graph_blockers(cfg: RunConfig) -> list[str]:
-    """Why one CUDA graph cannot hold this layout's step (empty when it can).
-
-    Capture replays GPU work only: Python that runs between kernels on every step (pipeline
-    send/receive bookkeeping, MoE token counts read on the host, activation recomputation's
-    RNG juggling) would be frozen at its first run, so such layouts keep the eager step.
-    Overlapped gradient reduction (``--overlap``) is captured: its backward hooks launch each
-    bucket's asynchronous reduce-scatter or all-reduce in the same order every step, and the
-    schedule's ``finish_grad_sync`` joins them back into the captured stream. Its companion,
-    the distributed optimizer's overlapped parameter all-gather, is not: the forward hooks that
-    wait for it would wait, on replay, for nothing (the gather runs eagerly after the optimizer
-    step), so under a graph the all-gather stays in the optimizer step (the engine's notes say
-    so); eager, --overlap kept the step at 0.46-0.49 s against 0.29 s for DP2 on two H200s.
-    NCCL collectives are capturable (PyTorch's ProcessGroupNCCL skips its
-    watchdog bookkeeping while a stream captures): the graph holds the tensor-parallel
-    all-reduces and sequence-parallel gathers and scatters of the forward and backward, and
-    megatron-core's gradient reduction over data parallelism (``finalize_model_grads``, run at
-    the end of the schedule), so TP, SP, DP and the distributed optimizer's reduce-scatter are
-    replayed; the optimizer step (and the distributed optimizer's parameter all-gather) stays
-    eager. Context parallelism is captured too: its attention's key/value all-gathers and
-    their reduce-scatters are NCCL collectives, the CP loss average an all-reduce, and its
-    chunk indices are cached device tensors (:mod:`kit.engines.megatron.context_parallel`);
-    left eager, gpt3-1.3b CP2 x TP2 + SP ran 1.946 s a step with the GPU 89% idle.
-    """
-    p, o, w = cfg.parallel, cfg.optim, cfg.workload
-    return [reason for blocked, reason in (
-        (p.pp > 1, "pipeline parallelism"),
-        (w.is_moe, "mixture of experts"),
-        (o.recompute != "none", "activation recomputation"),
-        (o.fsdp, "FSDP"),
-    ) if blocked]
 
 
 def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:
@@ -102,17 +42,6 @@ def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:
     if "wgrad_fusion" in features:
         kwargs["gradient_accumulation_fusion"] = True
     return kwargs
-
-
-def use_grouped_gemm(cfg: RunConfig, features: frozenset[str]) -> bool:
-    """Whether this run's MoE layers use grouped expert GEMMs (feature on, MoE, no biases)."""
-    w = cfg.workload
-    return "grouped_gemm" in features and w.is_moe and not w.add_bias_linear
-
-
-def use_cuda_graph(cfg: RunConfig, features: frozenset[str]) -> bool:
-    """Whether this run captures its step in a CUDA graph (feature on and layout capturable)."""
-    return "cuda_graph" in features and not graph_blockers(cfg)
 
 
 class WgradAccumulation:

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Issue 56: the study's configurations on the graphed step, on one GPU, in one 10-minute device
+# call per part that resumes (bundles stay in results/fastpath/ while the machine is warm).
+#   benchmarks/fastpath/fastpath_gpu.sh recompute   gpt3-2.7b (micro-batch 1 and 4) and
+#        llama3-8b-8l at global batch 16: recompute none/selective/full graphed, and the
+#        recomputing points eager (--speed without cuda_graph) in the same call
+#   benchmarks/fastpath/fastpath_gpu.sh moe         the Mixtral points (capacity 1.0, padded,
+#        graphed) against their dropless eager form
+# Writes $OUT/<gpu>x1-fastpath.json (one entry per run: the issue's fields, per-step losses)
+# and $OUT/<gpu>x1-fastpath-<part>.txt (what each run printed last, and the table).
+# FASTPATH_BUDGET_S (default 540) bounds the part: no run starts with less than 60 s left.
+set -uo pipefail
+PART="${1:?recompute|moe}"
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+OUT="${OUT:-results/fastpath/out}"; mkdir -p "$OUT"; OUT=$(realpath "$OUT")
+source benchmarks/lib.sh
+use_carried_wheels
+start_budget "${FASTPATH_BUDGET_S:-540}"
+TAG=$(gpu_tag)
+RESULTS=results/fastpath
+EAGER=fusions,wgrad_fusion,cross_entropy,fused_adam,foreach_optim,grouped_gemm
+LOG="$OUT/$TAG-fastpath-$PART.txt"
+{
+  echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  python3 -c "import torch, megatron.core as m; print('# torch', torch.__version__, 'megatron-core', m.__version__)"
+  echo "# kit commit: ${KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+} | tee -a "$LOG"
+
+# name workload micro_batch recompute speed(default|eager) [extra run options...]
+recompute_points() {
+  cat <<'P'
+2.7b-mb1-none gpt3-2.7b 1 none default
+2.7b-mb1-selective gpt3-2.7b 1 selective default
+2.7b-mb1-full gpt3-2.7b 1 full default
+2.7b-mb1-selective-eager gpt3-2.7b 1 selective eager
+2.7b-mb1-full-eager gpt3-2.7b 1 full eager
+2.7b-mb4-none gpt3-2.7b 4 none default
+2.7b-mb4-selective gpt3-2.7b 4 selective default
+2.7b-mb4-full gpt3-2.7b 4 full default
+2.7b-mb4-full-eager gpt3-2.7b 4 full eager
+l8b-mb1-none llama3-8b-8l 1 none default
+l8b-mb1-selective llama3-8b-8l 1 selective default
+l8b-mb1-full llama3-8b-8l 1 full default
+l8b-mb1-full-eager llama3-8b-8l 1 full eager
+P
+}
+moe_points() {
+  cat <<'P'
+mx-mb1-padded mixtral-8x7b-4l 1 none default
+mx-mb1-dropless-eager mixtral-8x7b-4l 1 none default --moe-capacity none
+mx-mb4-padded mixtral-8x7b-4l 4 none default
+mx-mb4-dropless-eager mixtral-8x7b-4l 4 none default --moe-capacity none
+P
+}
+
+"${PART}_points" | while read -r name workload mb recompute speed extra; do
+  dir="$RESULTS/$name"
+  if compgen -G "$dir/*/metrics.json" >/dev/null; then echo "# $name: done earlier" | tee -a "$LOG"; continue; fi
+  if (( $(left) < 60 )); then echo "# $name: not started, $(left) s left" | tee -a "$LOG"; continue; fi
+  rm -rf "$dir"; mkdir -p "$dir"
+  speed_opt=(); [[ "$speed" == eager ]] && speed_opt=(--speed "$EAGER")
+  # shellcheck disable=SC2086
+  cmd=(python3 -m kit run "$workload" --micro-batch "$mb" --global-batch 16 --recompute "$recompute"
+       "${speed_opt[@]}" --steps 8 --warmup 2 --out "$dir" $extra)
+  echo "\$ ${cmd[*]}" | tee -a "$LOG"
+  timeout "$(left 30)" "${cmd[@]}" >"$dir/console.txt" 2>&1
+  echo "# exit $? at $(date -u +%FT%TZ)" | tee -a "$LOG"
+  grep -vE '^\s*$' "$dir/console.txt" | grep -iE 'error|eager|step 10/10|graph' | tail -4 | tee -a "$LOG"
+done
+python3 benchmarks/fastpath/summarize.py "$RESULTS" "$TAG" "${KIT_COMMIT:-unknown}" \
+  "$OUT/$TAG-fastpath.json" | tee -a "$LOG"
