@@ -48,7 +48,8 @@ def workloads_table() -> str:
 def _unused_fields(w: WorkloadSpec) -> set[str]:
     """Fields that do not apply to this architecture: MoE routing of a dense model, RoPE's base
     without RoPE."""
-    unused = set() if w.is_moe else {"num_experts", "moe_top_k"}
+    unused = set() if w.is_moe else {"num_experts", "moe_top_k", "moe_capacity_factor",
+                                          "moe_pad_to_capacity"}
     if w.position_embedding != "rope":
         unused.add("rope_theta")
     return unused

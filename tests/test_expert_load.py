@@ -79,6 +79,48 @@ def test_full_recompute_counts_each_micro_batch_once(cli, tmp_path):
         assert sum(x["tokens"] for x in rows if x["layer"] == layer) == 8 * 128 * 2
 
 
+@pytest.mark.timeout(600)
+def test_capacity_padded_routing_counts_kept_tokens_and_reports_drops(ep2, cli, tmp_path):
+    # --moe-capacity 1.0: the study's routing, each expert's input padded to an even share
+    r = cli("run", "mixtral-tiny", "--moe-capacity", "1.0", "--steps", "2", "--warmup", "1",
+            "--out", str(tmp_path))
+    assert r.returncode == 0, why_failed(r)
+    bundle = bundle_path(r.stdout)
+    workload = json.loads((bundle / "manifest.json").read_text())["workload"]
+    assert (workload["moe_capacity_factor"], workload["moe_pad_to_capacity"]) == (1.0, True)
+    rows = pq.read_table(bundle / "experts.parquet").to_pylist()
+    routed = 8 * 128 * 2  # global batch 8 x 128 tokens, top-2, per layer and step
+    capacity = 8 * 128 * 2 // 4  # capacity factor 1.0: an even share of 4 experts
+    for step in (0, 1, 2):
+        for layer in (1, 2):
+            kept = [x["tokens"] for x in rows if (x["step"], x["layer"]) == (step, layer)]
+            assert max(kept) <= capacity and sum(kept) < routed  # some expert was over it
+    load = json.loads((bundle / "metrics.json").read_text())["expert_load"]
+    assert [s for s, _ in load["dropped_frac_by_step"]] == [1, 2]
+    assert 0 < load["dropped_frac"] <= load["dropped_frac_worst"] < 0.5
+    dropless = json.loads((ep2 / "metrics.json").read_text())["expert_load"]
+    assert dropless["dropped_frac"] == 0 and dropless["dropped_frac_worst"] == 0
+
+
+def test_moe_capacity_is_refused_where_it_cannot_apply(cli):
+    dense = cli("run", "gpt3-tiny", "--moe-capacity", "1.0", "--dry-run")
+    assert dense.returncode == 2
+    assert dense.stderr.strip() == ("error: --moe-capacity: gpt3-tiny is not a "
+                                    "mixture-of-experts workload")
+    for bad in ("0", "nan", "inf", "lots"):
+        r = cli("run", "mixtral-tiny", "--moe-capacity", bad, "--dry-run")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "neither none nor a capacity factor in (0, 64]" in r.stderr
+    dropless = cli("run", "mixtral-8x7b-4l", "--platform", "h200", "--moe-capacity", "none",
+                   "--dry-run", "--json")
+    assert dropless.returncode == 0, dropless.stderr
+    plan = json.loads(dropless.stdout)
+    assert plan["workload"]["moe_capacity_factor"] is None
+    assert plan["execution"]["eager_because"] == ["mixture of experts with dropless routing"]
+    padded = cli("run", "mixtral-8x7b-4l", "--platform", "h200", "--dry-run", "--json")
+    assert json.loads(padded.stdout)["execution"] == {"mode": "graphed", "eager_because": []}
+
+
 def test_summary_figures_from_known_counts():
     # two ranks, one layer, 4 experts over 2 EP ranks; measured step 1 only
     counts = {0: [10, 0, 5, 5], 1: [10, 10, 0, 0]}
@@ -90,6 +132,10 @@ def test_summary_figures_from_known_counts():
     assert s["ep_max_over_mean"] == pytest.approx(30 / 20)  # EP ranks get 30 and 10
     assert s["per_layer"][0]["tokens_frac"] == [0.5, 0.25, 0.125, 0.125]
     assert expert_load_summary(None, top_k=2, ep=1) == {}
+    # 2 ranks x 10 tokens x top-2 = 40 slots routed; 40 counted: nothing dropped
+    assert expert_load_summary(table, top_k=2, ep=2, tokens_per_step=20)["dropped_frac"] == 0
+    dropped = expert_load_summary(table, top_k=2, ep=2, tokens_per_step=25)
+    assert dropped["dropped_frac_by_step"] == [[1, 0.2]]  # 40 of 50 slots kept
 
 
 def test_a_corrupt_experts_file_fails_verification(ep2, tmp_path):

@@ -4,8 +4,8 @@
 #   benchmarks/fastpath/fastpath_gpu.sh recompute   gpt3-2.7b (micro-batch 1 and 4) and
 #        llama3-8b-8l at global batch 16: recompute none/selective/full graphed, and the
 #        recomputing points eager (--speed without cuda_graph) in the same call
-#   benchmarks/fastpath/fastpath_gpu.sh moe         the Mixtral points (capacity 1.0, padded,
-#        graphed) against their dropless eager form
+#   benchmarks/fastpath/fastpath_gpu.sh moe         Mixtral 8x7B at micro-batch 1 and 4: capacity
+#        1.0 padded (graphed) against dropless (eager), global batch 16
 # Writes $OUT/<gpu>x1-fastpath.json (one entry per run: the issue's fields, per-step losses)
 # and $OUT/<gpu>x1-fastpath-<part>.txt (what each run printed last, and the table).
 # FASTPATH_BUDGET_S (default 540) bounds the part: no run starts with less than 60 s left.
@@ -19,6 +19,7 @@ use_carried_wheels
 start_budget "${FASTPATH_BUDGET_S:-540}"
 TAG=$(gpu_tag)
 RESULTS=results/fastpath
+mkdir -p "$RESULTS"
 EAGER=fusions,wgrad_fusion,cross_entropy,fused_adam,foreach_optim,grouped_gemm
 LOG="$OUT/$TAG-fastpath-$PART.txt"
 {
@@ -45,12 +46,21 @@ l8b-mb1-full llama3-8b-8l 1 full default
 l8b-mb1-full-eager llama3-8b-8l 1 full eager
 P
 }
+# Mixtral 8x7B: 4 layers on an H200 (workloads/mixtral-8x7b-4l.yaml); on an H100 (80 GB) cut
+# to 2 layers, a workload YAML written here from the 4-layer one
+moe_workload() {
+  if [[ "$TAG" == h200* ]]; then echo mixtral-8x7b-4l; return; fi
+  sed -e 's/^name: .*/name: mixtral-8x7b-2l/' -e 's/^num_layers: .*/num_layers: 2/' \
+    workloads/mixtral-8x7b-4l.yaml >"$RESULTS/mixtral-8x7b-2l.yaml"
+  echo "$RESULTS/mixtral-8x7b-2l.yaml"
+}
 moe_points() {
-  cat <<'P'
-mx-mb1-padded mixtral-8x7b-4l 1 none default
-mx-mb1-dropless-eager mixtral-8x7b-4l 1 none default --moe-capacity none
-mx-mb4-padded mixtral-8x7b-4l 4 none default
-mx-mb4-dropless-eager mixtral-8x7b-4l 4 none default --moe-capacity none
+  local w; w=$(moe_workload)
+  cat <<P
+mx-mb1-padded $w 1 none default
+mx-mb1-dropless $w 1 none default --moe-capacity none
+mx-mb4-padded $w 4 none default
+mx-mb4-dropless $w 4 none default --moe-capacity none
 P
 }
 

@@ -9,7 +9,11 @@ then averaged (and its worst kept) over them:
   expert parallelism the busiest expert sets the pace of its rank's grouped GEMMs);
 - ``cv``: standard deviation over mean of the tokens per expert (population form);
 - ``ep_max_over_mean``: the same max/mean over expert-parallel ranks, each receiving the
-  tokens of its ``experts / ep`` experts (what the all-to-all and the slowest rank see).
+  tokens of its ``experts / ep`` experts (what the all-to-all and the slowest rank see);
+- ``dropped_frac``: the share of routed token slots (every token of the global batch routed
+  to ``top_k`` experts, in each layer) that an expert at capacity dropped, per measured step
+  (mean over layers); 0 for dropless routing. The counts are kept tokens, summed over the
+  ranks that hold a layer, which see disjoint tokens (MoE under TP needs SP).
 """
 
 from typing import Any
@@ -66,13 +70,16 @@ def _stat(values: np.ndarray) -> tuple[float | None, float | None]:
     return round(float(finite.mean()), 4), round(float(finite.max()), 4)
 
 
-def expert_load_summary(table: pa.Table | None, top_k: int, ep: int) -> dict[str, Any]:
+def expert_load_summary(table: pa.Table | None, top_k: int, ep: int,
+                        tokens_per_step: int | None = None) -> dict[str, Any]:
     """``metrics.json`` ``expert_load`` of a run (empty when it has no measured routing rows).
 
     Args:
         table: ``experts.parquet`` rows, or None for a dense run.
         top_k: Experts each token is routed to.
         ep: Expert-parallel size (experts are split evenly over EP ranks, in order).
+        tokens_per_step: Tokens of the global batch (each routed to ``top_k`` experts per
+            layer), for the dropped share; None leaves it out.
     """
     if table is None or not table.num_rows:
         return {}
@@ -99,4 +106,18 @@ def expert_load_summary(table: pa.Table | None, top_k: int, ep: int) -> dict[str
         "cv": cv_mean, "cv_worst": cv_max,
         "ep": ep, "ep_max_over_mean": ep_mean, "ep_max_over_mean_worst": ep_max,
         "per_layer": per_layer,
+        **_dropped(steps, load, top_k * tokens_per_step if tokens_per_step else None),
     }
+
+
+def _dropped(steps: list[int], load: np.ndarray, routed: int | None) -> dict[str, Any]:
+    """``dropped_frac`` (mean over measured steps), ``dropped_frac_worst`` and
+    ``dropped_frac_by_step`` (``[step, share]``), each the mean over layers of
+    ``1 - kept / routed``; empty without ``routed``."""
+    if not routed:
+        return {}
+    per_step = 1.0 - load.sum(axis=-1).mean(axis=-1) / routed
+    by_step = [[s, round(float(max(f, 0.0)), 6)] for s, f in zip(steps, per_step, strict=True)]
+    shares = [f for _, f in by_step]
+    return {"dropped_frac": round(sum(shares) / len(shares), 6),
+            "dropped_frac_worst": max(shares), "dropped_frac_by_step": by_step}

@@ -406,7 +406,9 @@ def assemble_bundle(
              for res in streamed if res for s in res.steps if s.phase == "measured"],
             telemetry, device_of),
         expert_load=expert_load_summary(experts, getattr(cfg.workload, "moe_top_k", 0) or 0,
-                                        cfg.parallel.ep),  # a fabric run has no workload model
+                                        cfg.parallel.ep,  # a fabric run has no workload model
+                                        cfg.tokens_per_step if cfg.workload.family != "fabric"
+                                        else None),
         execution=({} if cfg.workload.family == "fabric"
                    else engine_spec(cfg.engine).execution(cfg).as_json()),
         notes=notes,

@@ -392,11 +392,13 @@ class MetricsFile(BaseModel):
         "max); cv and cv_worst (coefficient of variation of tokens per expert, likewise); ep, "
         "ep_max_over_mean and ep_max_over_mean_worst (max/mean of the tokens each expert-"
         "parallel rank receives; null at ep 1); per_layer (layer, max_over_mean, cv, "
-        "tokens_frac: each expert's share of the layer's tokens over the measured steps). "
+        "tokens_frac: each expert's share of the layer's tokens over the measured steps); "
+        "dropped_frac, dropped_frac_worst and dropped_frac_by_step ([step, share]: the share "
+        "of routed token slots an expert at capacity dropped, mean over layers; 0 dropless). "
         "Empty for dense runs and bundles written before the kit counted routing.")
     execution: dict[str, Any] = Field(
         default_factory=dict,
-        description="How the training step executed (kit.engines.execution, docs/metrics.md): "
+        description="How the training step executed (kit.engines.execution, docs/bundle-format.md): "
         "mode ('graphed': each step's forward and backward replayed from one captured CUDA "
         "graph; 'eager': launched kernel by kernel from Python) and eager_because (what kept "
         "it eager, one phrase each; empty when graphed). Empty for a fabric run (it trains "

@@ -65,6 +65,10 @@ class RunRequest(BaseModel):
     sp: bool = Field(False, description="Sequence parallelism (needs --tp > 1).")
     moe_dispatcher: Literal["alltoall", "allgather"] = Field(
         "alltoall", description="MoE token dispatcher.")
+    moe_capacity: str | None = Field(
+        None, description="MoE expert capacity factor, each expert's input padded to it (the "
+        "reference study's 1.0), or none for dropless routing (default: the workload's).",
+        json_schema_extra={"cli": "--moe-capacity"})
     micro_batch_size: int | None = Field(
         None, gt=0, description="Samples per micro-batch (default: the workload's).",
         json_schema_extra={"cli": "--micro-batch"})
@@ -123,6 +127,33 @@ class RunRequest(BaseModel):
         None, ge=0, description="End the run as failed, naming the ranks that stopped, when no "
         "rank finishes a step for this many seconds (after each rank's first step; before it "
         "900 s, or this when larger). Default: 20 x the median step, at least 120 s; 0 = off.")
+
+
+def _with_moe_capacity(workload: WorkloadSpec, capacity: str | None) -> WorkloadSpec:
+    """``workload`` with ``--moe-capacity`` applied: ``none`` is dropless, a number that
+    capacity factor with every expert's input padded to it.
+
+    Raises:
+        KitInputError: The workload is dense, or the value is neither ``none`` nor a number
+            in (0, 64].
+    """
+    if capacity is None:
+        return workload
+    if not workload.is_moe:
+        raise KitInputError(f"--moe-capacity: {workload.name} is not a mixture-of-experts "
+                            "workload")
+    if capacity.strip().lower() == "none":
+        return workload.model_copy(update={"moe_capacity_factor": None,
+                                           "moe_pad_to_capacity": False})
+    try:
+        factor = float(capacity)
+    except ValueError:
+        factor = float("nan")
+    if not 0 < factor <= 64:  # also refuses nan and inf
+        raise KitInputError(f"--moe-capacity: {capacity!r} is neither none nor a capacity "
+                            "factor in (0, 64]")
+    return workload.model_copy(update={"moe_capacity_factor": factor,
+                                       "moe_pad_to_capacity": True})
 
 
 def apply_scaling(
@@ -238,7 +269,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
     if per_node is not None and req.nodes == 1:
         per_node = min(per_node, req.tp * req.pp * req.cp * dp)
     original = load_workload(req.workload)
-    workload, scaling = apply_scaling(original, platform)
+    workload, scaling = apply_scaling(_with_moe_capacity(original, req.moe_capacity), platform)
     cfg = RunConfig(
         workload=workload,
         scaling=scaling,

@@ -42,6 +42,15 @@ class WorkloadSpec(BaseModel):
     tie_embeddings: bool = Field(True, description="Share input embedding and output weights.")
     num_experts: int | None = Field(None, gt=1, description="MoE experts per layer; null = dense.")
     moe_top_k: int = Field(2, gt=0, description="Experts each token is routed to (MoE only).")
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=64, description="Expert capacity as a multiple of an even share of the "
+        "routed tokens (megatron-core's moe_expert_capacity_factor); tokens routed beyond it "
+        "are dropped. null = dropless: every routed token is computed, so the experts' shapes "
+        "change every step (MoE only).")
+    moe_pad_to_capacity: bool = Field(
+        False, description="Pad every expert's input to its capacity (needs "
+        "moe_capacity_factor): the step's shapes no longer depend on the routing, so it can "
+        "be one CUDA graph. The reference study trained Mixtral at capacity 1.0, padded.")
     micro_batch_size: int = Field(1, gt=0, description="Default samples per micro-batch per rank.")
     global_batch_size: int = Field(gt=0, description="Default samples per optimizer step.")
 
@@ -69,7 +78,15 @@ class WorkloadSpec(BaseModel):
             )
         if self.num_experts is not None and self.moe_top_k > self.num_experts:
             raise ValueError(f"moe_top_k {self.moe_top_k} exceeds num_experts {self.num_experts}")
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (a dropless MoE has "
+                             "no capacity to pad to)")
         return self
+
+    @property
+    def moe_padded(self) -> bool:
+        """Whether every expert's input is padded to a fixed capacity (static MoE shapes)."""
+        return self.is_moe and self.moe_pad_to_capacity
 
 
 class ScalingRule(BaseModel):

@@ -135,7 +135,8 @@ class MegatronEngine(Engine):
                 reinit_layout_invariant(chunk, self.config, cfg.seed)
         self._wrap_ddp(chunks)
         if cfg.workload.is_moe:
-            self._expert_load = ExpertLoad(chunks, cfg.workload.num_experts, self.device)
+            self._expert_load = ExpertLoad(chunks, cfg.workload.num_experts, self.device,
+                                           padded=cfg.workload.moe_padded)
             if cfg.profile:
                 from kit.engines.megatron.moe_ranges import label_moe_stages
 

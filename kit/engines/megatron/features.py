@@ -62,6 +62,16 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
     under its ``is_graph_capturing``), which would keep every activation and measure a
     different layout; the kit's :mod:`~kit.engines.megatron.step_graph` does not set that flag.
 
+    A mixture of experts is captured when every expert's input is padded to its capacity
+    (``moe_pad_to_capacity``, the reference study's setting) and tokens go through
+    megatron-core's all-to-all dispatcher: its drop-and-pad path sizes every buffer from the
+    capacity, gives the experts' token counts as host constants and splits the all-to-all
+    evenly, so nothing is read back from the device; the kit's grouped GEMMs keep their
+    device copy of those counts (:mod:`~kit.engines.megatron.grouped_mlp`) and the routing
+    counts accumulate on the device (:mod:`~kit.engines.megatron.expert_load`). Dropless
+    routing sizes the experts' inputs from this step's routing, read on the host, and the
+    all-gather dispatcher reads its counts on the host too: both stay eager.
+
     Overlapped gradient reduction (``--overlap``) is captured: its backward hooks launch each
     bucket's asynchronous reduce-scatter or all-reduce in the same order every step, and the
     schedule's ``finish_grad_sync`` joins them back into the captured stream. Its companion,
@@ -83,7 +93,9 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
     p, o, w = cfg.parallel, cfg.optim, cfg.workload
     return [reason for blocked, reason in (
         (p.pp > 1, "pipeline parallelism"),
-        (w.is_moe, "mixture of experts"),
+        (w.is_moe and not w.moe_padded, "mixture of experts with dropless routing"),
+        (w.moe_padded and p.moe_dispatcher != "alltoall",
+         "mixture of experts with the allgather dispatcher"),
         (o.fsdp, "FSDP"),
     ) if blocked]
 

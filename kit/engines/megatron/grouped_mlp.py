@@ -102,6 +102,7 @@ class GroupedMLP(torch.nn.Module):
             raise ValueError("GroupedMLP has no expert biases; use SequentialMLP")
         self.config = config
         self.num_local_experts = num_local_experts
+        self._padded_offsets: tuple[tuple[int, ...], torch.Tensor] | None = None
         tp = pg_collection.expt_tp.size()
         ffn = config.moe_ffn_hidden_size // tp
         fc1 = 2 * ffn if config.gated_linear_unit else ffn
@@ -139,12 +140,28 @@ class GroupedMLP(torch.nn.Module):
                 permuted_probs: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Tokens sorted by expert [tokens, hidden] -> expert outputs [tokens, hidden]."""
         x = permuted_local_hidden_states
-        offsets = torch.cumsum(tokens_per_expert.to(x.device), 0, dtype=torch.int32)
+        offsets = self._offsets(tokens_per_expert, x.device)
         # SequentialMLP reads the counts on the host too; only the fused weight gradient needs them
         counts = tokens_per_expert.tolist() if self._wgrad_into_main_grad() else None
         h = grouped_matmul(x, self.weight1, offsets, counts)
         h = self._activation(h, permuted_probs.unsqueeze(-1))
         return grouped_matmul(h, self.weight2, offsets, counts), None
+
+    def _offsets(self, tokens_per_expert: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """Each expert's end row in the sorted tokens, on ``device``.
+
+        Padded to capacity (``moe_pad_expert_input_to_capacity``), the counts are the same
+        every step and megatron-core's dispatcher gives them on the host: their device copy is
+        made once and kept, so a captured step holds no copy from pageable host memory (which
+        a CUDA graph cannot capture).
+        """
+        if not self.config.moe_pad_expert_input_to_capacity:
+            return torch.cumsum(tokens_per_expert.to(device), 0, dtype=torch.int32)
+        key = tuple(tokens_per_expert.tolist())
+        if self._padded_offsets is None or self._padded_offsets[0] != key:
+            ends = torch.tensor(key, dtype=torch.int64).cumsum(0).to(torch.int32)
+            self._padded_offsets = (key, ends.to(device))
+        return self._padded_offsets[1]
 
     def _wgrad_into_main_grad(self) -> bool:
         """Whether weight gradients go straight into DDP's fp32 ``main_grad`` (``wgrad_fusion``)."""

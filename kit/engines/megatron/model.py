@@ -64,6 +64,8 @@ def transformer_config(cfg: RunConfig) -> Any:
             num_moe_experts=w.num_experts,
             moe_router_topk=w.moe_top_k,
             moe_token_dispatcher_type=p.moe_dispatcher,
+            moe_expert_capacity_factor=w.moe_capacity_factor,
+            moe_pad_expert_input_to_capacity=w.moe_pad_to_capacity,
             moe_router_load_balancing_type="aux_loss",
             moe_aux_loss_coeff=1e-2,
             moe_grouped_gemm=False,
