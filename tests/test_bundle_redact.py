@@ -136,14 +136,18 @@ def _seed_parquet(bundle: Path) -> None:
     schema = table.schema.set(0, field).with_metadata({
         "written_on": "gpu-node-42 (10.20.30.40), mail alicew@rz-muster.de",
         "nic": "0c:42:a1:12:34:56"})
-    pq.write_table(table.cast(schema), bundle / "steps.parquet")
+    with pq.ParquetWriter(bundle / "steps.parquet", schema) as writer:
+        writer.write_table(table.cast(schema))
+        writer.add_key_value_metadata({"footer_only": "ssh alicew@gpu-node-42"})
     reseal(bundle)
 
 
 def _parquet_words(path: Path) -> str:
-    """Every key and value of a parquet file's metadata, the footer's and each column's."""
+    """Every key and value of a parquet file's metadata, the footer's (in the Arrow schema and
+    beside it) and each column's."""
     schema = pq.read_schema(path)
-    metas = [schema.metadata or {}, *(f.metadata or {} for f in schema)]
+    metas = [pq.read_metadata(path).metadata, schema.metadata or {},
+             *(f.metadata or {} for f in schema)]
     return " ".join(b.decode() for meta in metas for kv in meta.items() for b in kv)
 
 
@@ -178,7 +182,7 @@ def test_redacted_pack_removes_every_seeded_secret_and_still_verifies(cli, tmp_p
     assert "kept: kit.engines.megatron steps.parquet torch.nn tokens_per_s" in log
     assert "link/ether mac-0 brd ff:ff:ff:ff:ff:ff node_guid guid-0\nPort GUID: guid-1" in log
     words = _parquet_words(redacted / "steps.parquet")
-    assert "written_on" in words and "origin" in words
+    assert "written_on" in words and "origin" in words and "footer_only" in words
     assert not [seed for seed in PARQUET_SEEDS if seed in words], words
     assert pq.read_table(redacted / "steps.parquet").equals(pq.read_table(bundle / "steps.parquet"))
     rules = manifest["redaction"]["removed"]

@@ -5,8 +5,7 @@ file of its own comes out byte for byte as it was. But a parquet footer carries 
 metadata that any writer can fill (``pandas`` puts its index there, a hand-made file anything),
 and the string columns hold whatever was written; both are shared with the bundle. Every key,
 value and string goes through the bundle's rules; when one changes, the file is written again,
-row group by row group, with the same schema, row groups and values otherwise (what the footer
-held besides is not carried over).
+row group by row group, with the same schema, row groups, values and metadata otherwise.
 """
 
 import shutil
@@ -64,11 +63,12 @@ def redact_parquet(src: Path, dest: Path, text: Callable[[str], str]) -> bool:
         Whether anything changed (else ``dest`` is a byte copy of ``src``).
     """
     with pq.ParquetFile(src) as pf:
-        raw = pf.metadata.metadata or {}
         schema = _schema(pf.schema_arrow, text)
-        footer = {k: v for k, v in raw.items() if k != b"ARROW:schema"}
-        changed = (not schema.equals(pf.schema_arrow, check_metadata=True)
-                   or _metadata(footer, text) != footer)
+        own = pf.schema_arrow.metadata or {}
+        footer = {k: v for k, v in (pf.metadata.metadata or {}).items()
+                  if k != b"ARROW:schema" and k not in own}  # beside the Arrow schema's
+        redacted = _metadata(footer, text)
+        changed = not schema.equals(pf.schema_arrow, check_metadata=True) or redacted != footer
         strings = [i for i, f in enumerate(schema) if pa.types.is_string(f.type)]
         groups = []
         for g in range(pf.num_row_groups):
@@ -85,4 +85,6 @@ def redact_parquet(src: Path, dest: Path, text: Callable[[str], str]) -> bool:
             for table in groups:
                 writer.write_table(pa.Table.from_arrays(table.columns, schema=schema),
                                    row_group_size=max(table.num_rows, 1))
+            if redacted:
+                writer.add_key_value_metadata(redacted)
     return True

@@ -134,12 +134,12 @@ _ENGINES = frozenset({"kit", "torch", "megatron", "deepspeed", "transformer_engi
                       "triton", "numpy", "np", "nn", "jax"})
 """Modules a bundle names that may not be installed where it is redacted."""
 _HOME = (r"(?:/(?:global/(?:homes|u\d|cscratch\d*)|p?scratch\d*/sd)/[A-Za-z0-9]"
-         r"|/(?:home\d*|homes|Users|users|u\d*|p?scratch\d*|work\d*|lustre|gpfs|nfs)"
+         r"|/(?:home\d*|homes|Users|users|u|p?scratch\d*|work\d*|lustre|gpfs|nfs)"
          r"|(?i:\b[a-z]:(?:\\\\?|/)(?:Users|Documents and Settings)))(?:\\\\?|/)")
 """A home or scratch folder's parent: the user's name follows (``/home/``, ``/pscratch/sd/e/``,
 ``/global/homes/f/``, ``C:\\Users\\``, also with JSON's doubled backslashes)."""
 _USER = r"[A-Za-z_][\w.-]*"
-_HOME_HINT = ("/home", "/users/", "/u", "scratch/", "/work", "/lustre/", "/gpfs/", "/nfs/",
+_HOME_HINT = ("/home", "/users/", "/u/", "scratch/", "/work", "/lustre/", "/gpfs/", "/nfs/",
               "/global/", ":\\", ":/users", ":/documents")
 
 SECRET_RULES = (
