@@ -118,8 +118,9 @@ SECRET_NAME = (r"[A-Za-z0-9_]*(?:(?<!PER_)TOKEN(?!S|IZER)|KEY(?!S)|SECRET|PASSWO
 _SECRET_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|\\\"[^\"\\\n]*\\\"|[^\s\"'\\]+)"
 """A value: quoted, quoted inside a JSON string (``\\"...\\"``), or up to a space or quote
 (``;`` and ``,`` are part of it: ``DB_PASSWORD=a;b``)."""
-_SECRET_OPTION_NAME = r"--[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*"
-"""A command-line option that takes a secret (case ignored)."""
+_SECRET_OPTION_NAME = (r"--[\w-]*(?:token(?!s|izer)|key(?!s)|secret|password|passwd|auth)"
+                       r"[\w-]*")
+"""A command-line option that takes a secret (case ignored; not ``--tokenizer-type``)."""
 _SECRET_OPTION_WORD = re.compile(rf"(?i){_SECRET_OPTION_NAME}")
 _TLDS = ("com", "org", "net", "edu", "gov", "mil", "int", "info", "biz", "dev", "app", "cloud",
          "arpa", "local", "localdomain", "lan", "internal", "intranet", "intra", "corp",
@@ -198,7 +199,8 @@ SECRET_RULES = (
           r"|(?!--|-[A-Za-z]?(?:\s|$))\S+)", r"\1\2<secret>", ("--",), crossings=1,
           cases=(("--api-key -Xsecret --v", "--api-key <secret> --v"),
                  ("--hf-token\n  zz-77", "--hf-token\n  <secret>"),
-                 ("--use-auth --verbose", "--use-auth --verbose"))),
+                 ("--use-auth --verbose", "--use-auth --verbose"),
+                 ("--tokenizer-type GPT2BPETokenizer", "--tokenizer-type GPT2BPETokenizer"))),
 )
 """Secrets, first: a later rule must not take part of one for a name."""
 
@@ -367,9 +369,10 @@ SOURCES = (
             ("--partition", "#sbatch", "slurm_job_partition="), crossings=1,
             cases=(("SLURM_JOB_PARTITION=gpu-q", ("gpu-q",)),)),
     _source("serials", "serial numbers: keys named like serial (board_serial, SerialNumber) or "
-            "S/N, SN; a value with a digit",
+            "S/N, SN; a value of six characters or more with a digit (not a small number, which "
+            "would be replaced wherever it appears)",
             r"(?i)(?:serial(?:[ _-]?(?:number|no|num))?|(?<![A-Za-z0-9])S/?N)[\"']?\s*[:=#]\s*"
-            r"[\"']?(?=[\w-]*\d)([\w-]{4,})", ("serial",), witness=r"(?i)\bS/?N[\"']?\s*[:=#]",
+            r"[\"']?(?=[\w-]*\d)([\w-]{6,})", ("serial",), witness=r"(?i)\bS/?N[\"']?\s*[:=#]",
             crossings=2, cases=(('"board_serial": "ABC12345"', ("ABC12345",)),
                                 ("SN: 99887766", ("99887766",)),
                                 ("Serial Number :\n 1652422012345", ("1652422012345",)))),
