@@ -131,6 +131,9 @@ _FILE_TYPES = frozenset({"py", "sh", "md", "js", "ts", "gz", "xz", "so", "cc", "
                          "pl", "pm", "rs", "rb", "go", "db", "ps", "h5", "el", "jl", "ml", "mk",
                          "ko", "in", "rc"})
 """Two-letter file extensions: ``setup.py`` and ``train.sh`` are no hosts."""
+_SECOND_LEVEL = frozenset({"ac", "co", "com", "edu", "gov", "net", "org", "res", "nic"})
+"""Second-level domains under a country code: ``cse.iitb.ac.in`` is a host, though ``.in`` is
+also a file type."""
 _ENGINES = frozenset({"kit", "torch", "megatron", "deepspeed", "transformer_engine", "apex",
                       "triton", "numpy", "np", "nn", "jax"})
 """Modules a bundle names that may not be installed where it is redacted."""
@@ -206,9 +209,12 @@ SECRET_RULES = (
 
 
 def _fqdn(redactor: "Redactor", match: re.Match[str]) -> str:
-    """A host, unless a file name (``setup.py``) or a module of two labels (``torch.nn``)."""
+    """A host, unless a file name (``setup.py``; but ``iitb.ac.in`` is a host) or a module of
+    two labels (``torch.nn``)."""
     labels = match.group(0).lower().split(".")
-    if labels[-1] in _FILE_TYPES or (len(labels) == 2 and labels[0] in _modules()):
+    if labels[-1] in _FILE_TYPES and not (len(labels) > 2 and labels[-2] in _SECOND_LEVEL):
+        return match.group(0)
+    if len(labels) == 2 and labels[0] in _modules():
         return match.group(0)
     return "<host>"
 
@@ -296,7 +302,8 @@ HOST_RULES = (
           cases=(("at login2.uni-example.de and db.EXAMPLE.CH.", "at <host> and <host>."),
                  ("kit.engines.megatron steps.parquet setup.py torch.nn x.to(y)",
                   "kit.engines.megatron steps.parquet setup.py torch.nn x.to(y)"),
-                 ("hpc.example.edu aten::transpose.int", "<host> aten::transpose.int"))),
+                 ("hpc.example.edu aten::transpose.int", "<host> aten::transpose.int"),
+                 ("MANIFEST.in steps.tar.gz cse.iitb.ac.in", "MANIFEST.in steps.tar.gz <host>"))),
 )
 """Hosts not collected by name (:data:`SOURCES`)."""
 
