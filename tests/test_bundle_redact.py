@@ -7,12 +7,14 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from kit.bundle import redact_scan
 from kit.bundle.redact_rules import (DEVICE_RULES, HOST_RULES, IP_RULES, NODE_LIST, PERSON_RULES,
                                      SECRET_RULES, SOURCES, Redactor, apply_rule)
+from kit.bundle.redact_parquet import redact_parquet
 from kit.bundle.redact_scan import Hint, LinedText
 from tests.conftest import why_failed
 from tests.hostile_bundles import copy_bundle, edit_json, reseal
@@ -210,6 +212,20 @@ def test_a_real_cpu_run_packed_redacted_still_verifies_and_keeps_its_metrics(cli
     assert all(r.returncode == 0 for r in shown), [why_failed(r) for r in shown]
     metrics = [r.stdout[r.stdout.index("\nmetric "):] for r in shown]
     assert "tokens_per_s" in metrics[0] and metrics[1] == metrics[0]
+
+
+def test_parquet_strings_are_redacted_row_group_by_row_group_and_the_kits_words_kept(tmp_path):
+    src, dest = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    with pq.ParquetWriter(src, pa.schema([("source", pa.string()), ("x", pa.int64())])) as w:
+        w.write_table(pa.table({"source": ["gpu", "on gpu-node-42", None], "x": [1, 2, 3]}))
+        w.write_table(pa.table({"source": ["host", "gpu-node-42"], "x": [4, 5]}))
+    redactor = Redactor([], ["gpu-node-42"], [])
+    assert redact_parquet(src, dest, redactor.text)
+    assert pq.ParquetFile(dest).num_row_groups == 2
+    assert pq.read_table(dest).to_pydict() == {
+        "source": ["gpu", "on node0", None, "host", "node0"], "x": [1, 2, 3, 4, 5]}
+    assert not redact_parquet(dest, tmp_path / "c.parquet", redactor.text)  # nothing left
+    assert (tmp_path / "c.parquet").read_bytes() == dest.read_bytes()
 
 
 RULES = [*SECRET_RULES, *PERSON_RULES, *DEVICE_RULES, NODE_LIST, *HOST_RULES, *IP_RULES]

@@ -17,6 +17,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 
+FIXED_WORDS = frozenset({"warmup", "measured", "gpu", "host"})
+"""What the kit writes in its string columns (``phase``, ``source``): kept as they are, since
+readers select rows by them, even where a user or host has the same name."""
+
+
 def _metadata(meta: dict[bytes, bytes] | None,
               text: Callable[[str], str]) -> dict[bytes, bytes] | None:
     """Key-value metadata with every key and value redacted (bytes read as UTF-8)."""
@@ -31,12 +36,12 @@ def _schema(schema: pa.Schema, text: Callable[[str], str]) -> pa.Schema:
     return pa.schema(fields, metadata=_metadata(schema.metadata, text))
 
 
-def _column(column: pa.ChunkedArray, text: Callable[[str], str]) -> pa.ChunkedArray:
-    """A string column with each distinct value redacted once."""
+def _column(column: pa.ChunkedArray, text: Callable[[str], str]) -> pa.ChunkedArray | None:
+    """A string column with each distinct value redacted once; None if none changed."""
     values = pc.unique(column).drop_null().to_pylist()
-    changed = {v: text(v) for v in values}
+    changed = {v: v if v in FIXED_WORDS else text(v) for v in values}
     if all(k == v for k, v in changed.items()):
-        return column
+        return None
     keys = pa.array(list(changed))
     return pc.take(pa.array(list(changed.values()), pa.string()),
                    pc.index_in(column, value_set=keys))
@@ -75,7 +80,7 @@ def redact_parquet(src: Path, dest: Path, text: Callable[[str], str]) -> bool:
             table = pf.read_row_group(g)
             for i in strings:
                 column = _column(table.column(i), text)
-                if column is not table.column(i):
+                if column is not None:
                     table, changed = table.set_column(i, schema.field(i), column), True
             groups.append(table)
         if not changed:
