@@ -130,7 +130,11 @@ def test_redacting_a_large_trace_by_its_hinted_lines_is_redacting_it_whole(tp2, 
              "peer gpu-node-19 gpu-node-42 login07.hpc.example.edu fd00::1234 10.20.30.40",
              "10.1.2.3", "mail carol.jones@uni-example.de", "cache /work/dave7x/cache",
              "GPU-618c5ede-81ec-b472-43ee-23bfe3919b57 Serial Number :\n 1652422012345",
-             "SLURMD_NODENAME=n07 nodes n[01-04,9] USER=bob")
+             "SLURMD_NODENAME=n07 nodes n[01-04,9] USER=bob",
+             "frontier07:2841:2841 [0] NCCL INFO on nid[001240] from ip-10-0-0-5 via gw.lab.ch",
+             "ssh gwen@dtn03 ~harry uid=1001(gina) /pscratch/sd/e/erin 10.9.8.7.",
+             "postgres://app:PW@db01 X-Session: eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln",
+             "ether 0c:42:a1:12:34:56 node_guid 248a:0703:00a1:b2c3 board_serial: PKG1234567")
     lines = (tp2 / "profile" / "chakra" / "rank0.host_et.json").read_text().split("\n")[:6000]
     lines += (tp2 / "profile" / "rank0.json").read_text().split("\n")[:12000]  # some 1.5 MB
     step = len(lines) // len(seeds)
@@ -147,7 +151,7 @@ def test_redacting_a_large_trace_by_its_hinted_lines_is_redacting_it_whole(tp2, 
     assert hinted == redact()
     assert all(hinted[1].get(rule) for rule in (
         "secrets", "accounts", "partitions", "user names", "e-mail addresses", "host names",
-        "ip addresses", "device uuids", "device serials")), hinted[1]
+        "ip addresses", "device uuids", "hardware addresses", "device serials")), hinted[1]
 
 
 @pytest.mark.timeout(300)

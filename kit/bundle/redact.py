@@ -1,29 +1,31 @@
 """Copy a bundle without what a site would not share (``bundle pack --redact``).
 
-Every string of ``manifest.json`` and ``metrics.json`` and every line of the text files
-(``logs/``, ``profile/``, ``job/sbatch.sh``) goes through the rules of
-:mod:`kit.bundle.redact_rules`: secrets in environment lines, options and JSON keys, Slurm
-accounts (and partitions when asked), user names wherever they appear, e-mail addresses, host
-names in every form (short, FQDN, any case, Slurm node lists), IP addresses, and device UUIDs and
+Every string of ``manifest.json`` and ``metrics.json``, every line of the other text files
+(``logs/``, ``profile/``, ``job/sbatch.sh``, any other member) and the key-value metadata and
+strings of the parquet files (:mod:`kit.bundle.redact_parquet`) go through the rules of
+:mod:`kit.bundle.redact_rules`: secrets (keys, tokens, passwords in URLs, environment lines,
+options, headers and JSON keys), Slurm accounts (and partitions when asked), user names
+wherever they appear, e-mail addresses, host names in every form (short, FQDN, any case, Slurm
+node lists, NCCL prefixes), IP addresses, and device UUIDs, MAC addresses, InfiniBand GUIDs and
 serials (stable pseudonyms, so devices stay distinguishable). The redacted manifest records the
 rules applied, each with its count, in a :class:`~kit.bundle.schema.Redaction`; never the
 names it replaced.
 
-Parquet files hold only numbers and fixed words (``phase``, ``source``) and are copied as they
-are. Chakra's protobuf execution traces (``profile/chakra/*.et``) are binary and are left out:
+A parquet file the kit wrote holds only numbers and fixed words and is copied as it is.
+Chakra's protobuf execution traces (``profile/chakra/*.et``) are binary and are left out:
 they are converted from the host ET and Kineto trace beside them, which are JSON text and are
 redacted, so Chakra can convert the redacted copy again. Any other file that is neither JSON,
 parquet nor UTF-8 text cannot be checked, so it is refused. ``SHA256SUMS`` is rewritten, so
 the copy verifies."""
 
 import json
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from kit.bundle.reader import read_bundle
+from kit.bundle.redact_parquet import parquet_text, redact_parquet
 from kit.bundle.redact_rules import Redactor
 from kit.bundle.schema import Manifest, MetricsFile, Redaction
 from kit.bundle.verify import verify_bundle
@@ -72,9 +74,11 @@ def redact_bundle(path: str | Path, dest_parent: Path, partitions: bool = False)
     bundle = read_bundle(path)
     root, files = bundle.path, bundle_files(bundle.path)
     texts = _read_texts(root, files)
+    tables = [parquet_text(root / rel) for rel in files if rel.endswith(".parquet")]
     inventory = bundle.manifest.inventory
     uuids = [str(g["uuid"]) for node in inventory for g in node.gpus if g.get("uuid")]
-    redactor = Redactor(texts.values(), [node.host for node in inventory], uuids, partitions)
+    redactor = Redactor([*texts.values(), *tables], [node.host for node in inventory], uuids,
+                        partitions)
     dest = dest_parent / root.name
     dest.mkdir()
     left_out = [rel for rel in files if _is_chakra_et(rel)]
@@ -83,7 +87,7 @@ def redact_bundle(path: str | Path, dest_parent: Path, partitions: bool = False)
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if rel.endswith(".parquet"):
-            shutil.copyfile(root / rel, dest / rel)
+            redact_parquet(root / rel, dest / rel, redactor.text)
         elif rel not in ("manifest.json", "metrics.json"):
             (dest / rel).write_text(redactor.text(texts[rel]), encoding="utf-8")
     metrics = redactor.json(json.loads(texts["metrics.json"]))

@@ -73,8 +73,11 @@ class LinedText:
         return self._low_starts
 
     def may_hold(self, hint: Hint | None) -> bool:
-        """Whether a match is possible at all (the hint's literals, where it has any)."""
-        return hint is None or not hint.literals or any(n in self.low for n in hint.literals)
+        """Whether a match is possible at all (the hint's literals or witness, where it has
+        literals: a witness alone is searched from line to line)."""
+        if hint is None or not hint.literals or any(n in self.low for n in hint.literals):
+            return True
+        return hint.witness is not None and hint.witness.search(self.text) is not None
 
     def _lines_holding(self, hint: Hint) -> list[int]:
         """The lines where the hint is found, in order."""
