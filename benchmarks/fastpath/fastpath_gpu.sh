@@ -6,8 +6,9 @@
 #        recomputing points eager (--speed without cuda_graph) in the same call
 #   benchmarks/fastpath/fastpath_gpu.sh moe         Mixtral 8x7B at micro-batch 1 and 4: capacity
 #        1.0 padded (graphed) against dropless (eager), global batch 16
-# Writes $OUT/<gpu>x1-fastpath.json (one entry per run: the issue's fields, per-step losses)
-# and $OUT/<gpu>x1-fastpath-<part>.txt (what each run printed last, and the table).
+# Writes $OUT/<gpu>x1-fastpath-<part>.json (one entry per run: the issue's fields, per-step
+# losses; results/<gpu>x1-fastpath.json joins the parts' runs) and
+# $OUT/<gpu>x1-fastpath-<part>.txt (each run's command and exit, and the tables).
 # FASTPATH_BUDGET_S (default 540) bounds the part: no run starts with less than 60 s left.
 set -uo pipefail
 PART="${1:?recompute|moe}"
@@ -79,4 +80,4 @@ P
   grep -vE '^\s*$' "$dir/console.txt" | grep -iE 'error|eager|step 10/10|graph' | tail -4 | tee -a "$LOG"
 done
 python3 benchmarks/fastpath/summarize.py "$RESULTS" "$TAG" "${KIT_COMMIT:-unknown}" \
-  "$OUT/$TAG-fastpath.json" | tee -a "$LOG"
+  "$OUT/$TAG-fastpath-$PART.json" | tee -a "$LOG"
