@@ -43,3 +43,49 @@ def test_platforms_gemm_on_a_cpu_host_refuses_a_big_models_default_shapes(tmp_pa
     assert r.stderr.startswith("error: timing ") and len(r.stderr.strip().splitlines()) == 1
     assert "on one CPU thread would take about" in r.stderr and "--workload gpt3-tiny" in r.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.fixture(scope="module")
+def profiled_pipeline(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The README's ``run gpt3-tiny --pp 2 --profile-steps 2:4`` (4 measured steps), with a
+    compile cache of its own: what it printed, and its bundle."""
+    folder = tmp_path_factory.mktemp("pp2")
+    r = kit_in(folder, "run", "gpt3-tiny", "--pp", "2", "--steps", "4", "--warmup", "1",
+               "--profile-steps", "2:4", "--compile-cache", str(folder / "cache"),
+               timeout=900)
+    assert r.returncode == 0, why_failed(r)
+    return r, Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(900)
+def test_a_cpu_run_says_it_compiled_nothing_rather_than_filling_the_cache(profiled_pipeline):
+    r, _ = profiled_pipeline
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("compile cache: "))
+    assert line.startswith("compile cache: unused, this run compiled nothing, "), line
+    assert "fills" not in r.stdout
+
+
+@pytest.mark.timeout(900)
+def test_a_pipeline_run_says_where_its_loss_is_and_points_at_its_breakdown(profiled_pipeline):
+    r, bundle = profiled_pipeline
+    steps = [ln for ln in r.stderr.splitlines() if ": step " in ln]
+    assert len(steps) == 5 and all(ln.endswith("loss on the last stage") for ln in steps), steps
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("profile: "))
+    assert "on 2 profiled rank(s); pipeline bubble stage 0 " in line and "stage 1 " in line
+    assert "(analytical " in line and line.endswith(f"charllm-kit bundle show {bundle}")
+
+
+@pytest.mark.timeout(900)
+def test_bundle_show_says_median_step_beside_phase_means_and_shows_the_bubble(
+        profiled_pipeline):
+    _, bundle = profiled_pipeline
+    r = kit_in(bundle.parent, "bundle", "show", str(bundle))
+    assert r.returncode == 0, r.stderr
+    assert any(ln.startswith("step_time_s (median step) ") for ln in r.stdout.splitlines())
+    assert ("(mean seconds per measured step over the steps, a slow one counted in full, and "
+            "over the stage's ranks; step_time_s above is the median step)") in r.stdout
+    breakdown = r.stdout[r.stdout.index("profiled time by category"):].splitlines()
+    assert "bubble measured / analytical" in breakdown[1]
+    rows = [ln.split() for ln in breakdown[3:5]]
+    assert [row[1:3] for row in rows] == [["0", "0"], ["1", "1"]]
+    assert all(row[-2] == "/" and row[-1].endswith("%") for row in rows), breakdown

@@ -15,8 +15,10 @@ class ProgressWatcher:
     """Poll rank 0's step log and draw a bar on a terminal, or print one line per step."""
 
     def __init__(self, path: Path, total: int, warmup: int, label: str,
-                 marks: Path | None = None) -> None:
+                 marks: Path | None = None, pipelined: bool = False) -> None:
+        """``pipelined``: the loss lives on the last pipeline stage, not on rank 0."""
         self.path, self.total, self.label, self.marks = path, total, label, marks
+        self.no_loss = "on the last stage" if pipelined else "n/a"
         self._offset = 0
         self._stage: str | None = None
         self._stepped = False
@@ -63,7 +65,7 @@ class ProgressWatcher:
         for line in complete.splitlines():
             rec = json.loads(line)
             self._stepped = True
-            loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
+            loss = self.no_loss if rec["loss"] is None else f"{rec['loss']:.4f}"
             info = f"{rec['phase']} {rec['t_end'] - rec['t_start']:.3f}s/step loss {loss}"
             if rec["step"] >= self.total:  # rank 0 extended a measured phase that was short
                 self.total = rec["step"] + 1

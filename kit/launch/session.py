@@ -206,7 +206,7 @@ def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | Fabric
         return FabricProgress(staging, cfg.workload, label, cfg.world_size,
                               cfg.workload.graph and not cfg.platform.is_cpu)
     return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
-                           marks_path(staging, 0))
+                           marks_path(staging, 0), pipelined=cfg.parallel.pp > 1)
 
 
 WARM_IMPORTS = ("kit.bundle.assemble", "kit.container.command")
