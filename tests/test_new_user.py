@@ -89,3 +89,12 @@ def test_bundle_show_says_median_step_beside_phase_means_and_shows_the_bubble(
     rows = [ln.split() for ln in breakdown[3:5]]
     assert [row[1:3] for row in rows] == [["0", "0"], ["1", "1"]]
     assert all(row[-2] == "/" and row[-1].endswith("%") for row in rows), breakdown
+
+
+@pytest.mark.parametrize("option", ["--steps", "--warmup"])
+def test_a_step_count_past_what_a_bundle_can_number_is_refused_in_one_line(tmp_path, option):
+    r = kit_in(tmp_path, "run", "gpt3-tiny", option, "99999999999999999999", "--dry-run")
+    assert r.returncode == 2 and "dry run: valid" not in r.stdout
+    assert r.stderr.strip().splitlines() == [
+        f"error: Invalid value for '{option}': '99999999999999999999' is not an integer from "
+        f"{1 if option == '--steps' else 0} to 100000000"]
