@@ -34,6 +34,7 @@ from kit.study.render import (
 )
 from kit.study.verdicts import FindingResult, all_findings
 from kit.sweep.folder import read_sweep_folder
+from kit.sweep.index import INDEX_FILE
 from kit.sweep.plan import PlannedPoint, plan_sweep
 
 MATRIX_FILE = "matrix.yaml"
@@ -239,10 +240,12 @@ def run_study(planned: PlannedStudy, out: Path, resume: bool, command: list[str]
 
     matrix = planned.matrix
     folder = out / matrix.name
+    if (folder / INDEX_FILE).exists() and not resume:
+        raise KitInputError(f"study folder {folder} exists; pass --resume to continue it, or "
+                            "--out another directory")
     folder.mkdir(parents=True, exist_ok=True)
     matrix_file = folder / MATRIX_FILE
-    if not (folder / "sweep.json").exists() or resume:
-        _write_matrix(matrix, matrix_file)
+    _write_matrix(matrix, matrix_file)
     say(f"study {matrix.name}: {len(planned.estimates)} points, estimated "
         f"{fmt_duration(planned.total_s)}")
     outcome = run_sweep(matrix.sweep_spec(), matrix_file, out, resume, command,
