@@ -98,3 +98,30 @@ def test_a_step_count_past_what_a_bundle_can_number_is_refused_in_one_line(tmp_p
     assert r.stderr.strip().splitlines() == [
         f"error: Invalid value for '{option}': '99999999999999999999' is not an integer from "
         f"{1 if option == '--steps' else 0} to 100000000"]
+
+
+def test_a_refusal_for_memory_advises_only_what_the_run_does_not_do_yet(tmp_path):
+    plain = kit_in(tmp_path, "run", "gpt3-175b", "--platform", "h100", "--dry-run")
+    assert ("shard more (--tp, --pp, --dist-optimizer) or use --recompute full, or pass "
+            "--force") in plain.stdout  # its micro-batch is 1 already
+    done = kit_in(tmp_path, "run", "gpt3-175b", "--platform", "h100", "--recompute", "full",
+                  "--dist-optimizer", "--micro-batch", "1", "--dry-run")
+    line = next(ln for ln in done.stdout.splitlines() if "predicted not to fit" in ln)
+    assert line.endswith("; shard more (--tp, --pp), or pass --force to run anyway"), line
+
+
+def test_the_help_and_readme_say_what_is_true_now(tmp_path):
+    r = kit_in(tmp_path, "study", "--help")
+    assert "about 6 minutes on 4 H200s" in " ".join(r.stdout.split())
+    plan = kit_in(tmp_path, "study", "--dry-run", "--quick", "--platform", "h200", "--devices",
+                  "4")
+    assert "estimated 5 min " in plan.stdout.splitlines()[-1]  # what "about 6 minutes" rounds
+    listed = kit_in(tmp_path, "workloads", "list").stdout.splitlines()[2:]
+    readme = (REPO / "README.md").read_text()
+    comment = next(ln for ln in readme.splitlines() if ln.startswith("charllm-kit workloads "
+                                                                     "list"))
+    assert f"# {len(listed)}: " in comment
+    r = subprocess.run([str(REPO / "run.sh"), "--help"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0 and "./run.sh test " in r.stdout
+    assert "Usage: charllm-kit [OPTIONS] COMMAND" in r.stdout
