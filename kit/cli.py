@@ -70,7 +70,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     A run predicted not to fit in device memory (see --dry-run) is refused unless --force.
     """
-    from kit.cli_tables import print_dry_run, print_summary
+    from kit.cli_tables import next_steps, print_dry_run, print_summary
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
@@ -103,6 +103,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     else:
         print_summary(result)
         click.echo(str(result.bundle.resolve()))
+        click.echo(next_steps(result.bundle.resolve()), err=True)
     if result.status != "ok":
         sys.exit(1)
 
@@ -656,9 +657,12 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool, single_file: bo
     check_output_file(out)
     if markdown or not single_file:
         check_output_dir(out.parent / f"{out.stem}_figures")
+    from kit.cli_tables import how_to_open
+
     written = write_report(list(bundles), out, markdown=markdown, single_file=single_file,
                            allow_unverified=allow_unverified, baseline=baseline)
     click.echo(str(written[0].resolve()))
+    click.echo(how_to_open(written[0].resolve(), markdown, single_file), err=True)
 
 
 @cli.command()

@@ -224,3 +224,25 @@ def compile_cache_state(used: dict[str, Any]) -> str:
     added = entries(Path(used["dir"])) - used["entries_before"]
     return (f"cold, this run compiled {added} artifacts into it" if added > 0
             else "unused, this run compiled nothing")
+
+
+def next_steps(bundle: Path) -> str:
+    """What to do with a run's bundle next, as its user types it (``./run.sh`` when run.sh
+    started this process): show it, and write a report on it."""
+    from kit.lifecycle import started_by_run_sh
+
+    kit = "./run.sh" if started_by_run_sh() else "charllm-kit"
+    return (f"next: {kit} bundle show {bundle}   # the run again, per stage\n"
+            f"      {kit} report {bundle} -o report.html   # figures and checks, in a browser")
+
+
+def how_to_open(report: Path, markdown: bool, single_file: bool) -> str:
+    """How to read a written report: its figures' folder goes with it unless inlined."""
+    figures = f"{report.stem}_figures/"
+    if markdown:
+        return (f"a Markdown report: read it in a Markdown viewer, with its figures in "
+                f"{figures} beside it")
+    with_figures = ("" if single_file else
+                    f" (its figures are in {figures} beside it: copy both, or write it with "
+                    "--single-file)")
+    return f"open it in a web browser: {report.as_uri()}{with_figures}"

@@ -125,3 +125,30 @@ def test_the_help_and_readme_say_what_is_true_now(tmp_path):
                        cwd=tmp_path, timeout=300)
     assert r.returncode == 0 and "./run.sh test " in r.stdout
     assert "Usage: charllm-kit [OPTIONS] COMMAND" in r.stdout
+
+
+@pytest.mark.timeout(900)
+def test_a_run_and_its_report_say_what_to_do_next(profiled_pipeline, tmp_path):
+    r, bundle = profiled_pipeline
+    assert r.stderr.strip().splitlines()[-2:] == [
+        f"next: charllm-kit bundle show {bundle}   # the run again, per stage",
+        f"      charllm-kit report {bundle} -o report.html   # figures and checks, in a browser"]
+    page = tmp_path / "r.html"
+    r = kit_in(tmp_path, "report", str(bundle), "-o", str(page), timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == str(page.resolve())
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"open it in a web browser: {page.resolve().as_uri()} (its figures are in r_figures/ "
+        "beside it: copy both, or write it with --single-file)")
+
+
+@pytest.mark.timeout(900)
+def test_run_sh_ends_with_the_next_steps_as_its_user_types_them(tmp_path):
+    r = subprocess.run([str(REPO / "run.sh"), "--steps", "1", "--warmup", "0",
+                        "--telemetry-interval-ms", "0", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=800)
+    assert r.returncode == 0, why_failed(r)
+    bundle = r.stdout.strip().splitlines()[-1]
+    assert r.stderr.strip().splitlines()[-2:] == [
+        f"next: ./run.sh bundle show {bundle}   # the run again, per stage",
+        f"      ./run.sh report {bundle} -o report.html   # figures and checks, in a browser"]
