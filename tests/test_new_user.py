@@ -3,13 +3,14 @@ defaults that fit the workload and host, and output that lands outside the check
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, why_failed
+from .conftest import REPO, start_long_run, wait_for_steps, why_failed
 
 
 def kit_in(folder: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -152,3 +153,37 @@ def test_run_sh_ends_with_the_next_steps_as_its_user_types_them(tmp_path):
     assert r.stderr.strip().splitlines()[-2:] == [
         f"next: ./run.sh bundle show {bundle}   # the run again, per stage",
         f"      ./run.sh report {bundle} -o report.html   # figures and checks, in a browser"]
+
+
+@pytest.mark.timeout(900)
+def test_a_run_stopped_by_a_signal_has_the_energy_of_the_steps_it_measured(tmp_path):
+    """SIGTERM to the whole job (as Slurm or a terminal sends it) stops the sampler at once,
+    while the ranks finish their step: the energy is that of the measured steps it covered."""
+    proc = start_long_run(tmp_path, "--platform", "tests/data/platforms/cpu-replay-h100.yaml")
+    try:
+        wait_for_steps(tmp_path, 6)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err[-3000:]
+    bundle = Path(out.strip().splitlines()[-1])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    metrics = json.loads((bundle / "metrics.json").read_text())
+    assert manifest["status"] == "interrupted"
+    power, summary = metrics["power"], metrics["summary"]
+    assert power["energy_j"] > 0 and power["power_integral_j"] > 0, power
+    measured = len({r["step"] for r in metrics_steps(bundle) if r["phase"] == "measured"})
+    assert 1 <= power["energy_steps"] <= measured
+    tokens = manifest["config"]["global_batch_size"] * 128  # gpt3-tiny's sequence
+    assert summary["energy_j_per_token"] == pytest.approx(
+        power["energy_j"] / (tokens * power["energy_steps"]))
+    if power["energy_steps"] < measured:
+        assert any(f"over the {power['energy_steps']} of {measured} measured steps" in n
+                   for n in metrics["notes"]), metrics["notes"]
+
+
+def metrics_steps(bundle: Path) -> list[dict]:
+    """``steps.parquet``'s rows."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(bundle / "steps.parquet").to_pylist()
