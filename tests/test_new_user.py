@@ -3,6 +3,7 @@ defaults that fit the workload and host, and output that lands outside the check
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -187,3 +188,66 @@ def metrics_steps(bundle: Path) -> list[dict]:
     import pyarrow.parquet as pq
 
     return pq.read_table(bundle / "steps.parquet").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def cpu_study(tmp_path_factory) -> Path:
+    """``study --quick --only microbatch-bursts`` on this CPU host: its study folder."""
+    out = tmp_path_factory.mktemp("study")
+    r = kit_in(out, "study", "--quick", "--only", "microbatch-bursts", "--out", str(out),
+               timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(900)
+def test_a_cpu_study_report_says_first_what_it_measured_and_what_it_could_not(cpu_study):
+    page = (cpu_study / "report.html").read_text()
+    title = ("Characterizing the Efficiency of Distributed Training: A Power, Performance, and "
+             "Thermal Perspective: the findings on cpux2")
+    assert f"<title>{title}</title>" in page and f"<h1>{title}</h1>" in page
+    opening = page[page.index('<div id="opening">'):page.index("</div>")]
+    assert page.index('<div id="opening">') < page.index("<h2>Contents</h2>")
+    assert '<a href="https://arxiv.org/abs/2509.10371">Go et al., MICRO 2025' in opening
+    assert "3 run(s) of gpt3-tiny on cpu." in opening
+    assert "Measured: step time, throughput and peak memory." in opening
+    assert ("Not measured: MFU, power, energy per token, GPU temperature, SM clock and "
+            "throttling; this is a CPU host, without GPU power") in opening
+    assert "Verdicts: 8 not measurable here" in opening
+    # the runs' telemetry says who turned the sampler off, not an option the user never gave
+    assert "--telemetry-interval-ms" not in page
+    assert "the sampler was off (the study samples nothing on a CPU host" in page
+
+
+@pytest.mark.timeout(900)
+def test_a_report_lists_figures_with_nothing_to_show_in_one_line(cpu_study):
+    page = (cpu_study / "report.html").read_text()
+    across = page[page.index('<h2 id="across">'):page.index('<h2 id="runs">')]
+    assert 'class="note"' not in across  # no placeholder per empty figure
+    assert set(re.findall(r'<figure id="([^"]+)"><img ', across)) == {"config-bars", "sweep"}
+    left_out = re.search(r'<p class="sub" id="not-drawn">([^<]*)</p>', across).group(1)
+    assert left_out.startswith("Nothing to draw, so left out: Energy efficiency: ")
+    for title in ("Power, temperature and SM clock per GPU", "Exposed communication",
+                  "Link traffic over time", "Throttle reasons over time"):
+        assert title in left_out
+    contents = page[page.index("<nav>"):page.index("</nav>")]
+    assert 'href="#sweep"' in contents and 'href="#efficiency"' not in contents
+
+
+@pytest.mark.timeout(900)
+def test_the_sweep_figures_legend_stays_clear_of_its_title(cpu_study):
+    from kit.analysis.compare import compare_bundles
+    from kit.analysis.plots_study import sweep_lines
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = sweep_lines(compare_bundles([str(cpu_study)]))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    [legend] = fig.legends
+    panels = [ax.get_window_extent(renderer) for ax in fig.axes if ax.get_visible()]
+    assert fig.get_suptitle().startswith("Against micro-batch size")
+    # the suptitle sits above the panels (and their titles): a legend no higher than the
+    # panels' tops is clear of it
+    assert legend.get_window_extent(renderer).y1 <= max(p.y1 for p in panels)

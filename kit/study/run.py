@@ -216,12 +216,14 @@ def conclude(folder: Path, bundles: list[Path], label: str,
     figures = {k: f"{FIGURE_DIR}/{p.name}"
                for k, p in write_figures(results, folder / FIGURE_DIR).items()}
     from kit.analysis.report import LeadSection, write_report
+    from kit.study.opening import report_title, study_opening
 
     lead = LeadSection("findings", "Findings", findings_html(results, figures),
                        findings_markdown(results, figures))
     report: Path | None = folder / REPORT_FILE
     try:
-        write_report([str(b) for b in bundles], report, lead=[lead])
+        write_report([str(b) for b in bundles], report, lead=[lead], title=report_title(label),
+                     opening=study_opening(facts, results, label))
     except KitInputError as e:
         say(f"report not written: {e}")
         report = None
