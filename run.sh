@@ -134,7 +134,13 @@ case "${1:-}" in
     exec "$VENV/bin/python" -m pytest -q --durations=15 -n "${CHARLLM_TEST_WORKERS:-3}" \
       --dist loadfile "$@"
     ;;
-  -h|--help|--version)
+  -h|--help)
+    # run.sh's own forms (the header above), then the CLI's help
+    sed -n '2,11s/^# \{0,1\}//p' "$0"
+    echo
+    exec "${KIT[@]}" "$@"
+    ;;
+  --version)
     exec "${KIT[@]}" "$@"
     ;;
   ""|-*)

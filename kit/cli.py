@@ -70,7 +70,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     A run predicted not to fit in device memory (see --dry-run) is refused unless --force.
     """
-    from kit.cli_tables import print_dry_run, print_summary
+    from kit.cli_tables import next_steps, print_dry_run, print_summary
     from kit.plan import plan_run
     from kit.spec.resolve import run_request
 
@@ -103,6 +103,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     else:
         print_summary(result)
         click.echo(str(result.bundle.resolve()))
+        click.echo(next_steps(result.bundle.resolve()), err=True)
     if result.status != "ok":
         sys.exit(1)
 
@@ -398,30 +399,34 @@ def platforms_detect() -> None:
               help="Platform profile this host is (default: detected).")
 @click.option("--workload", "workloads", multiple=True, required=True,
               help="Workload whose layer GEMMs to time (repeat; depth does not matter).")
-@click.option("--tp", "tps", default="1,2,4,8", show_default=True,
-              help="TP degrees, comma-separated.")
-@click.option("--micro-batch", "micro_batches", default="1,2", show_default=True,
-              help="Micro-batch sizes, comma-separated.")
+@click.option("--tp", "tps", default=None,
+              help="TP degrees, comma-separated (default: those of 1,2,4,8 the workloads' "
+              "heads and the platform's node allow).")
+@click.option("--micro-batch", "micro_batches", default=None,
+              help="Micro-batch sizes, comma-separated (default: 1,2).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Table file (default: platforms/<platform>.gemm.json, kept with the "
-              "platform profile).")
+              help="Table file (default: results/<platform>.gemm.json; give it to `project` "
+              "among its inputs, or write platforms/<platform>.gemm.json to keep it with the "
+              "platform profile, where `project` finds it unnamed).")
 @click.option("--min-time-ms", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
               help="Length of each timed batch of calls.")
-def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: str,
-                   micro_batches: str, output: Path | None, min_time_ms: float) -> None:
+def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: str | None,
+                   micro_batches: str | None, output: Path | None, min_time_ms: float) -> None:
     """Measure this GPU kind's GEMM table: achieved TFLOP/s of torch.matmul at each shape the
     workloads' layers make under the TP degrees and micro-batches (project uses it to scale
-    MatMul time by shape; docs/projection.md). The last stdout line is the file's path."""
-    from kit.paths import platforms_dir
+    MatMul time by shape; docs/projection.md). Says its estimate and progress on stderr; on a
+    CPU host, refuses default shapes that would take over 5 minutes. The last stdout line is
+    the file's path."""
     from kit.project.gemm import SUFFIX, write_gemm_table
     from kit.project.gemm_bench import measure_gemm_table
     from kit.spec.detect import detect_platform
 
     name = platform_name or detect_platform().name
-    table = measure_gemm_table(name, list(workloads), _int_list(tps, "--tp"),
-                               _int_list(micro_batches, "--micro-batch"), sys.argv,
-                               min_time_ms / 1000)
-    path = write_gemm_table(table, output or platforms_dir() / f"{table.platform}{SUFFIX}")
+    table = measure_gemm_table(
+        name, list(workloads), None if tps is None else _int_list(tps, "--tp"),
+        None if micro_batches is None else _int_list(micro_batches, "--micro-batch"), sys.argv,
+        min_time_ms / 1000, say=lambda line: click.echo(f"gemm: {line}", err=True))
+    path = write_gemm_table(table, output or Path("results") / f"{table.platform}{SUFFIX}")
     rates = sorted(p.tflops for p in table.points)
     click.echo(f"{len(table.points)} GEMM shapes on {table.device} ({table.dtype}): "
                f"{rates[0]:.4g}..{rates[-1]:.4g} TFLOP/s")
@@ -652,9 +657,12 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool, single_file: bo
     check_output_file(out)
     if markdown or not single_file:
         check_output_dir(out.parent / f"{out.stem}_figures")
+    from kit.cli_tables import how_to_open
+
     written = write_report(list(bundles), out, markdown=markdown, single_file=single_file,
                            allow_unverified=allow_unverified, baseline=baseline)
     click.echo(str(written[0].resolve()))
+    click.echo(how_to_open(written[0].resolve(), markdown, single_file), err=True)
 
 
 @cli.command()

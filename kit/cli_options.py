@@ -64,7 +64,8 @@ def _extra(info: FieldInfo) -> dict[str, Any]:
 
 
 def _option_type(info: FieldInfo) -> Any:
-    """The click type of a field: a choice, an int range from its bounds, a text pattern (its
+    """The click type of a field: a choice, an int range from its bounds (``gt``/``ge`` and
+    ``le``), a text pattern (its
     ``form`` says it in words), or a plain type."""
     annotation = info.annotation
     if typing.get_origin(annotation) is Literal:
@@ -77,7 +78,8 @@ def _option_type(info: FieldInfo) -> Any:
     if base is int:
         low = next((m.gt + 1 for m in info.metadata if isinstance(m, annotated_types.Gt)),
                    next((m.ge for m in info.metadata if isinstance(m, annotated_types.Ge)), None))
-        return Integer(min=low)
+        high = next((m.le for m in info.metadata if isinstance(m, annotated_types.Le)), None)
+        return Integer(min=low, max=high)
     pattern = next((m.pattern for m in info.metadata if getattr(m, "pattern", None)), None)
     if base is str and pattern:
         return Matching(pattern, str(_extra(info).get("form", pattern)))

@@ -1,6 +1,7 @@
 """Human-readable tables for the CLI: workloads, platforms, dry runs and run summaries."""
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
@@ -190,5 +191,61 @@ def print_summary(result: "SessionResult") -> None:
     if result.timing:
         print(f"time outside the steps: {result.timing}")
     if result.compile_cache:
-        state = "warm" if result.compile_cache["warm"] else "cold (this run fills it)"
-        print(f"compile cache: {state}, {result.compile_cache['dir']}")
+        print(f"compile cache: {compile_cache_state(result.compile_cache)}, "
+              f"{result.compile_cache['dir']}")
+    profiled = profile_line(result.bundle.resolve())
+    if profiled:
+        print(profiled)
+
+
+def profile_line(bundle: Path) -> str | None:
+    """One line on a profiled run's breakdown: how many ranks, each stage's measured bubble
+    against the analytical one, and where to see the rest; None without a profile."""
+    from kit.analysis.side_by_side import profile_shares
+    from kit.bundle.reader import read_bundle
+
+    shares = profile_shares([read_bundle(bundle)])
+    if not shares:
+        return None
+    line = f"profile: time by category on {len(shares)} profiled rank(s)"
+    bubbles = [s for s in shares if s["bubble_measured"] is not None]
+    if bubbles:
+        line += "; pipeline bubble " + ", ".join(
+            f"stage {s['stage']} {s['bubble_measured']:.1%}" for s in bubbles)
+        line += f" (analytical {bubbles[0]['bubble_analytical']:.1%})"
+    return f"{line}: charllm-kit bundle show {bundle}"
+
+
+def compile_cache_state(used: dict[str, Any]) -> str:
+    """How a run left the compile cache (kit.compile_cache.prepare's record): ``warm``, or
+    what it compiled into it; a run that compiled nothing (a CPU run: no inductor or Triton
+    kernels) says so rather than claim it fills the cache."""
+    from kit.compile_cache import entries
+
+    if used["warm"]:
+        return "warm"
+    added = entries(Path(used["dir"])) - used["entries_before"]
+    return (f"cold, this run compiled {added} artifacts into it" if added > 0
+            else "unused, this run compiled nothing")
+
+
+def next_steps(bundle: Path) -> str:
+    """What to do with a run's bundle next, as its user types it (``./run.sh`` when run.sh
+    started this process): show it, and write a report on it."""
+    from kit.lifecycle import started_by_run_sh
+
+    kit = "./run.sh" if started_by_run_sh() else "charllm-kit"
+    return (f"next: {kit} bundle show {bundle}   # the run again, per stage\n"
+            f"      {kit} report {bundle} -o report.html   # figures and checks, in a browser")
+
+
+def how_to_open(report: Path, markdown: bool, single_file: bool) -> str:
+    """How to read a written report: its figures' folder goes with it unless inlined."""
+    figures = f"{report.stem}_figures/"
+    if markdown:
+        return (f"a Markdown report: read it in a Markdown viewer, with its figures in "
+                f"{figures} beside it")
+    with_figures = ("" if single_file else
+                    f" (its figures are in {figures} beside it: copy both, or write it with "
+                    "--single-file)")
+    return f"open it in a web browser: {report.as_uri()}{with_figures}"

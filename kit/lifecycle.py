@@ -65,6 +65,12 @@ def _setup_span() -> tuple[float, float] | None:
     return None
 
 
+def started_by_run_sh() -> bool:
+    """Whether ``run.sh`` ``exec``ed this process (:data:`SETUP_ENV`): its user types
+    ``./run.sh ...``, not ``charllm-kit ...``, which may not be on their PATH."""
+    return _setup_span() is not None
+
+
 def launcher_start_time() -> tuple[float, float | None]:
     """When this launch began, and when a set-up before it began (None: there was none).
 

@@ -35,4 +35,5 @@ def test_json_error_for_an_output_path_under_a_file(cli, tmp_path):
 def test_without_json_the_error_is_one_line_on_stderr(cli):
     r = cli("run", "gpt3-tiny", "--steps", "0", timeout=120)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == "error: Invalid value for '--steps': '0' is not a positive integer\n"
+    assert r.stderr == ("error: Invalid value for '--steps': '0' is not an integer from 1 to "
+                        "100000000\n")

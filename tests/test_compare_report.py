@@ -263,7 +263,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     across = {"config-bars", "efficiency", "per-gpu", "gpu-heatmap", "profile-breakdowns",
               "exposed-comm", "link-traffic", "position-timelines", "throttle-timelines"}
     shared = {f"{f}-1" for f in PER_RUN.values()}  # 5 runs: one figure of each kind
-    assert figure_ids(text) == across | {"sweep"} | shared | {
+    assert figure_ids(text) == across | shared | {
         f"kernel-breakdown-{n}" for n in range(1, 6)}
     figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S))
     with_image = {k for k, v in figures.items() if "<img" in v}
@@ -278,7 +278,10 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
             assert re.search(rf"Rows: (\d[^;]*; )*{n}\. [^;]*\({bundle.name}\)",
                              figures[f"{figure}-1"])
         assert "href" not in panels[f"{anchor}-3"] + panels[f"{anchor}-4"]
-    assert "do not sweep one parameter" in figures["sweep"]  # platforms and workloads differ
+    # platforms and workloads differ: no sweep to draw, said in the one line of left-outs
+    left_out = re.search(r'<p class="sub" id="not-drawn">([^<]*)</p>', text).group(1)
+    assert left_out.startswith("Nothing to draw, so left out: Against the swept parameter: ")
+    assert "do not sweep one parameter" in left_out
     # a CPU run without RAPL: the recorded reason, not a guess
     assert re.search(r"no samples of power_w: [^;]+; temp_gpu_c: [^;]+; cpu_power_w: host: ",
                      panels["power-timeline-3"])
@@ -290,7 +293,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     assert "ended failed" in text and "<table>" in text
     # a table of contents linking every part; sections named by configuration
     links = set(re.findall(r'<a href="#([^"]+)">', text.split("</nav>")[0]))
-    assert links == {"comparison", "comparability", "across", "runs", "sweep", "runs-1"} | (
+    assert links == {"comparison", "comparability", "across", "runs", "runs-1"} | (
         across | {f"bundle-{n}" for n in range(1, 6)})
     titles = re.findall(r'<h3 id="bundle-\d">\d\. ([^<]+)</h3>', text)
     assert titles[2] == "gpt3-tiny cpu x1 fp32 tp1 mb2 gb8"  # megatron pp1 dp1: shared

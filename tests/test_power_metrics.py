@@ -236,7 +236,8 @@ def test_unmeasurable_figures_are_none_never_zero():
     assert {k: d[k] for k in counts} == counts
     assert all(v is None for k, v in d.items() if k not in ("node", "device", "samples",
                                                             "power_limit_w", *counts))
-    counts = {"power_samples_min": 0, "counter_readings_min": 0, "window_s": 1.0}
+    counts = {"power_samples_min": 0, "counter_readings_min": 0, "window_s": 1.0,
+              "energy_steps": 1}
     assert {k: agg[k] for k in counts} == counts
     assert all(v is None for k, v in agg.items() if k not in ("excursion_frac", *counts))
     agg = {**agg, **dict.fromkeys(counts)}

@@ -50,6 +50,15 @@ def test_the_bundle_says_fsdp2_sharded_the_run(runs):
                for n in notes), notes
 
 
+def test_compare_names_the_fsdp2_engine_as_why_stragglers_are_not_measured(runs):
+    r = kit_cli("compare", str(runs["dp2"]))
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(runs["dp2"].name)
+                and "not measured" in ln)
+    assert "no per-phase step timers (the fsdp2 engine)" in line, line
+    assert "deepspeed" not in line
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

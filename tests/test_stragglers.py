@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kit.analysis.stragglers import SUMMARY_KEYS, RankStep, straggler_summary
+from kit.analysis.stragglers import SUMMARY_KEYS, RankStep, straggler_summary, untimed_reason
 
 from .conftest import REPO, bundle_path, why_failed
 
@@ -69,6 +69,7 @@ def test_without_phase_timers_every_figure_is_null_with_a_reason(cpu_bundle):
     rows = pq.read_table(cpu_bundle / "steps.parquet").to_pylist()
     steps = [RankStep(r["rank"], r["stage"], r["step"], r["t_start"], r["t_end"], None)
              for r in rows if r["phase"] == "measured"]
-    s = straggler_summary(steps, pa.table({}), lambda r: (r // 2, r % 2))
+    s = straggler_summary(steps, pa.table({}), lambda r: (r // 2, r % 2),
+                          untimed_reason("megatron", phase_timers=False))
     assert set(s) == set(SUMMARY_KEYS) and s["slowest_rank"] is None and s["per_rank"] == []
-    assert s["reason"].startswith("no per-phase step timers")
+    assert s["reason"].startswith("no per-phase step timers (--no-phase-timers)")

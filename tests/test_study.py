@@ -249,5 +249,8 @@ def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     again = cli(*args, "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("kept (ok, bundle verifies)") == 3
-    refused = cli(*args)
-    assert refused.returncode == 2 and "--resume" in refused.stderr
+    refused = cli(*args)  # a study folder, refused in one line before any estimate
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"error: study folder {tmp_path / 'study-cpux2-quick'} exists; pass --resume to "
+        "continue it, or --out another directory"]

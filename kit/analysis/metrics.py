@@ -77,6 +77,9 @@ def summarize(
         power = host_power(telemetry, steps, cfg.tokens_per_step)
     if power.get("energy_source"):
         notes.append(f"energy: {power['energy_source']}")
+    if power.get("energy_steps") is not None and power["energy_steps"] < len(spans):
+        notes.append(f"energy: over the {power['energy_steps']} of {len(spans)} measured steps "
+                     "the telemetry covers (its sampler stopped before the last ones ended)")
     mem = [m for m in mem_peak_bytes if m is not None]
     if cfg.platform.is_cpu:
         notes.append("mem_peak_gib: peak resident set size of a rank process (cpu platform)")

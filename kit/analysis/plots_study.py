@@ -140,8 +140,8 @@ def sweep_lines(c: Comparison) -> Figure | None:
         ax.set_xlabel(name, fontsize=8)
     handles, labels = axes[0].get_legend_handles_labels()
     if len(labels) <= _LEGEND_MAX:
-        fig.legend(handles, labels, loc="outside right upper", fontsize=7, frameon=False,
-                   title="layout", title_fontsize=7)
+        fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False,
+                   title="layout", title_fontsize=7)  # upper: under the suptitle
     fig.suptitle(f"Against {name}: one line per layout (its other parameters fixed)",
                  fontsize=9.5)
     return fig

@@ -10,8 +10,11 @@ Per device (one ``(node, device)`` series, samples in time order):
   so the readings' spacing does not drop the energy at each step's edges. A device without two
   counter readings integrates its power (``power_field``) the same way (trapezoid, ``integrated
   power``). Only the stretch before the measured phase's first reading and after its last is
-  left out (under one sampling period at each end). ``energy_j_per_step``: ``energy_j`` /
-  measured steps.
+  left out (under one sampling period at each end). The windows counted (``energy_steps``) are
+  the measured steps that end before every device's last sample: all of them in a run whose
+  sampler outlived its steps, those before the sampler stopped in one stopped by a signal (its
+  ranks finish their step after the sampler has stopped). ``energy_j_per_step``: ``energy_j``
+  / ``energy_steps``; energy per token likewise over those steps' tokens.
 * ``power_field``: which power column the device's power figures use: ``power_w``
   (instantaneous) where the device has readings of it, else ``power_avg_w`` (the driver's
   windowed average, e.g. an MI250, whose AMD SMI gives no current power). An average smooths
@@ -197,14 +200,26 @@ def _rel(a: float | None, b: float | None) -> float | None:
     return a / b - 1 if a is not None and b else None
 
 
+def sampled_steps(windows: StepWindows, series: list[_Series]) -> np.ndarray:
+    """Which step windows count for energy (module docstring): the measured ones that end
+    before every device's last row. A window before a device's first row still counts (its
+    energy is then unknown, None): a sampler that started late is a gap, not a stop."""
+    counted = windows.phase == MEASURED
+    for s in series:
+        counted &= windows.end <= s.t[-1]
+    return counted
+
+
 def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[str, Any],
-            excursion_frac: float, measured_steps: int) -> tuple[dict[str, Any], np.ndarray]:
-    """One device's figures, and its throttle value counts for the job's pooled fractions."""
+            excursion_frac: float, counted: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+    """One device's figures, and its throttle value counts for the job's pooled fractions;
+    its energy over the ``counted`` windows (:func:`sampled_steps`)."""
     power_all, power_field = _power(telemetry, s.rows)
     m = s.measured
     rows, t, power = s.rows[m], s.t[m], power_all[m]
     is_measured = windows.phase == MEASURED
-    got = device_energy(windows, is_measured, s.t, _values(telemetry, "energy_j", s.rows),
+    energy_steps = int(np.count_nonzero(counted))
+    got = device_energy(windows, counted, s.t, _values(telemetry, "energy_j", s.rows),
                         power_all)
     energy, source = got.counter_j, "counter"
     if energy is None:
@@ -229,7 +244,7 @@ def _device(telemetry: pa.Table, s: _Series, windows: StepWindows, fact: dict[st
         "power_samples": power_samples, "counter_readings": got.counter_readings,
         "window_s": window_s, "window_short": short,
         "energy_j": energy, "energy_source": source if energy is not None else None,
-        "energy_j_per_step": energy / measured_steps if energy is not None else None,
+        "energy_j_per_step": energy / energy_steps if energy is not None else None,
         "counter_coverage": got.counter_coverage,
         "span_energy_j": got.span_counter_j,
         "power_integral_j": got.integral_j,
@@ -260,7 +275,7 @@ def _per_token(energy: float | None, tokens_per_step: int, steps: int) -> dict[s
 
 
 def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_step: int,
-               measured_steps: int, excursion_frac: float) -> dict[str, Any]:
+               energy_steps: int, excursion_frac: float) -> dict[str, Any]:
     """The job's figures from the devices' (module docstring); all None without devices."""
     def known(key: str) -> list[Any]:
         return [d[key] for d in per_device if d[key] is not None]
@@ -280,7 +295,7 @@ def _aggregate(per_device: list[dict[str, Any]], counts: np.ndarray, tokens_per_
         "energy_j": total,
         "energy_source": (None if total is None
                           else sources.pop() if len(sources) == 1 else "mixed"),
-        **_per_token(total, tokens_per_step, measured_steps),
+        **_per_token(total, tokens_per_step, energy_steps),
         "power_integral_j": integral,
         "counter_vs_integral": _rel(total, integral) if counters else None,
         "span_energy_j": (sum(spans) if counters and spans and None not in spans else None),
@@ -336,13 +351,19 @@ def device_metrics(
     measured_steps = int(np.count_nonzero(windows.phase == MEASURED))
     facts = {(d.get("node", 0), d.get("device")): d for d in devices}
     per_device, counts = [], np.zeros(_CODES, np.int64)
-    for s in _series(telemetry, windows, "gpu"):
+    series = _series(telemetry, windows, "gpu")
+    counted = sampled_steps(windows, series)
+    energy_steps = int(np.count_nonzero(counted))
+    for s in series:
         figures, device_counts = _device(telemetry, s, windows, facts.get((s.node, s.device), {}),
-                                         excursion_frac, measured_steps)
+                                         excursion_frac, counted)
         per_device.append(figures)
         counts += device_counts
-    aggregate = _aggregate(per_device, counts, tokens_per_step, measured_steps, excursion_frac)
+    aggregate = _aggregate(per_device, counts, tokens_per_step, energy_steps, excursion_frac)
+    aggregate["energy_steps"] = energy_steps if per_device else None
     zeus = zeus_cross_check(steps, aggregate, len(per_device), zeus_phase_j)
+    if energy_steps < measured_steps:  # Zeus's window spans every measured step
+        zeus["zeus_vs_counter"] = None
     checks = [abs(x) for x in (*(d["counter_vs_integral"] for d in per_device),
                                aggregate["counter_vs_integral"], zeus["zeus_vs_counter"])
               if x is not None]
@@ -399,8 +420,9 @@ def host_power(telemetry: pa.Table, steps: pa.Table, tokens_per_step: int) -> di
     """
     windows = step_windows(steps)
     means, peaks, energies = [], [], []
-    measured = windows.phase == MEASURED
-    for s in _series(telemetry, windows, "host"):
+    series = _series(telemetry, windows, "host")
+    measured = sampled_steps(windows, series)
+    for s in series:
         power = _values(telemetry, "cpu_power_w", s.rows)
         mean, peak = _stats(power[s.measured])
         if mean is not None:
@@ -412,5 +434,5 @@ def host_power(telemetry: pa.Table, steps: pa.Table, tokens_per_step: int) -> di
     return {"power_w_mean": _fmean(means),
             "power_w_peak": max(peaks, default=None), "energy_j": total,
             "energy_source": "integrated cpu_power_w" if total is not None else None,
-            **_per_token(total, tokens_per_step,
-                         int(np.count_nonzero(windows.phase == MEASURED)))}
+            "energy_steps": int(np.count_nonzero(measured)) if series else None,
+            **_per_token(total, tokens_per_step, int(np.count_nonzero(measured)))}

@@ -17,7 +17,10 @@ multiples (:mod:`kit.analysis.plots_run`): a figure per kind for every
 their sections; each run's section points at its rows (:class:`RunPanel`, anchored where its own
 figures used to be). Each figure has a stable id and a caption; a figure a bundle cannot have
 is replaced by a note saying why, from what the bundle holds (no samples, the sampler off, a
-field's recorded reason, no chassis layout, no profile). Every bundle's telemetry is drawn
+field's recorded reason, no chassis layout, no profile); the figures across configurations that
+no bundle can fill are left out, named in one line with why. A caller may name the report and
+say something first, under the heading (:class:`Opening`: the study says what was measured on
+what). Every bundle's telemetry is drawn
 whatever its status: a failed run's samples up to the crash are kept, and its rows say how it
 ended.
 
@@ -152,10 +155,22 @@ def _no_samples_reason(bundle: Bundle, fields: tuple[str, ...]) -> str:
     """Why a time-series figure is missing: no telemetry at all, or these fields' reasons."""
     if bundle.telemetry.num_rows == 0:
         interval = bundle.manifest.config.get("telemetry_interval_ms")
-        why = ("the sampler was off (--telemetry-interval-ms 0)" if interval == 0
-               else "the sampler recorded none")
+        why = (f"the sampler was off ({_sampler_off_by(bundle.manifest.command)})"
+               if interval == 0 else "the sampler recorded none")
         return f"no telemetry samples in this bundle: {why}"
     return "no samples of " + "; ".join(_field_reason(bundle, f) for f in fields)
+
+
+def _sampler_off_by(command: list[str]) -> str:
+    """Who set a run's telemetry interval to 0: its command line, or the study or sweep that
+    ran it (a study on a CPU host samples nothing: there are no power or thermal sensors)."""
+    if any(a.startswith("--telemetry-interval-ms") for a in command):
+        return "--telemetry-interval-ms 0"
+    if "study" in command:
+        return "the study samples nothing on a CPU host: it has no power or thermal sensors"
+    if "sweep" in command:
+        return "telemetry_interval_ms 0 in the sweep file"
+    return "telemetry_interval_ms 0"
 
 
 def _no_heatmap_reason(view: RunView) -> str:
@@ -398,6 +413,19 @@ def _run_figures(sections: list[tuple[int, Section, RunView]], scales: Scales,
     return out
 
 
+TITLE = "charllm-kit report"
+"""The report's heading unless its caller names it (the study names itself)."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a caller says first, under the heading (the study: what was measured on what, and
+    what could not be and why), rendered by the caller for each format."""
+
+    html: str
+    markdown: str
+
+
 @dataclass(frozen=True)
 class Report:
     """Everything the report shows, before it is written in one format."""
@@ -409,6 +437,27 @@ class Report:
     created_utc: str
     lead: list[LeadSection] = field(default_factory=list)
     """Sections shown first (the study's Findings), in order."""
+    title: str = TITLE
+    opening: Opening | None = None
+    """Said first, under the heading."""
+
+    @property
+    def drawn(self) -> list[FigureItem]:
+        """The figures across configurations that have something to show."""
+        return [a for a in self.across if a.png is not None]
+
+
+def _not_drawn(report: Report) -> str | None:
+    """One line naming the figures across configurations with nothing to show, grouped by
+    why, instead of a placeholder each; None when every one was drawn."""
+    why: dict[str, list[str]] = {}
+    for a in report.across:
+        if a.png is None:
+            why.setdefault(a.note, []).append(a.title)
+    if not why:
+        return None
+    return "Nothing to draw, so left out: " + "; ".join(
+        f"{', '.join(titles)}: {note}" for note, titles in why.items()) + "."
 
 
 def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureJob]:
@@ -503,7 +552,8 @@ def _shared(first: int, chunk: tuple[int, int, list[FigureItem]] | None,
 
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
                  baseline: str | Path | None = None,
-                 lead: Sequence[LeadSection] = ()) -> Report:
+                 lead: Sequence[LeadSection] = (), title: str = TITLE,
+                 opening: Opening | None = None) -> Report:
     """Verify and compare the bundles and draw every figure (once each, in parallel).
 
     Args:
@@ -511,6 +561,8 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         allow_unverified: Report bundles that fail verification (marked) instead of refusing.
         baseline: The bundle the comparison relates the others to (it must have ended ok).
         lead: Sections to put first, before the ranking (the study's Findings).
+        title: The report's heading.
+        opening: What to say first, under the heading.
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
@@ -536,7 +588,8 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
                         panels.get(n, []), *_shared(n, shared.get(n)))
                 for n, s in enumerate(sections, 1)]
     return Report(c, _drawn(across, pngs), sections,
-                  datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), list(lead))
+                  datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), list(lead), title,
+                  opening)
 
 
 _STYLE = """
@@ -586,7 +639,7 @@ def _contents(report: Report) -> list[tuple[int, str, str]]:
     items = [(1, lead.id, lead.title) for lead in report.lead]
     items += [(1, "comparison", "Comparison"), (1, "comparability", "Comparability"),
               (1, "across", "Across configurations")]
-    items += [(2, f.id, f.title) for f in report.across]
+    items += [(2, f.id, f.title) for f in report.drawn]
     items += [(1, "runs", "Runs")]
     for n, s in enumerate(report.sections, 1):
         items += [(2, s.shared_id, s.shared_title)] if s.shared else []
@@ -661,8 +714,10 @@ def render_html(report: Report, folder: str | None = None) -> str:
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>charllm-kit report</title>", f"<style>{_STYLE}</style></head><body>",
-        "<h1>charllm-kit report</h1>", f"<p>{html.escape(_intro(report))}</p>",
+        f"<title>{html.escape(report.title)}</title>",
+        f"<style>{_STYLE}</style></head><body>", f"<h1>{html.escape(report.title)}</h1>",
+        *([report.opening.html] if report.opening else []),
+        f"<p>{html.escape(_intro(report))}</p>",
         *([f'<p class="note" id="unverified">{html.escape(warning)}</p>'] if warning else []),
         _html_contents(report),
     ]
@@ -673,7 +728,9 @@ def render_html(report: Report, folder: str | None = None) -> str:
         '<h2 id="comparison">Comparison</h2>', ranking_html(c), _all_metrics_html(c),
         '<h2 id="comparability">Comparability</h2>', f'<ul class="checks">{checks}</ul>',
         '<h2 id="across">Across configurations</h2>',
-        *(_html_figure(a, folder) for a in report.across),
+        *(_html_figure(a, folder) for a in report.drawn),
+        *(f'<p class="sub" id="not-drawn">{html.escape(line)}</p>'
+          for line in [_not_drawn(report)] if line),
         '<h2 id="runs">Runs</h2>',
     ]
     titles = _panel_titles(report)
@@ -706,7 +763,7 @@ def _md_panel(panel: RunPanel, titles: dict[str, str]) -> str:
 
 def _figures(report: Report) -> list[FigureItem]:
     """Every figure of the report, in page order."""
-    return [*(f for lead in report.lead for f in lead.figures), *report.across,
+    return [*(f for lead in report.lead for f in lead.figures), *report.drawn,
             *(f for s in report.sections for f in (*s.shared, *s.figures))]
 
 
@@ -718,8 +775,8 @@ def render_markdown(report: Report, folder: str) -> str:
     contents = "\n".join(f"{'  ' * (depth - 1)}- [{text}](#{anchor})"
                          for depth, anchor, text in _contents(report))
     parts = [
-        "# charllm-kit report", _intro(report),
-        *([f"**{warning}**"] if warning else []),
+        f"# {report.title}", *([report.opening.markdown] if report.opening else []),
+        _intro(report), *([f"**{warning}**"] if warning else []),
         "## Contents", contents,
     ]
     for lead in report.lead:
@@ -731,7 +788,8 @@ def render_markdown(report: Report, folder: str) -> str:
         *table_notes(c),
         '<a id="comparability"></a>\n\n## Comparability', checks,
         '<a id="across"></a>\n\n## Across configurations',
-        *(_md_figure(a, folder) for a in report.across),
+        *(_md_figure(a, folder) for a in report.drawn),
+        *(line for line in [_not_drawn(report)] if line),
         '<a id="runs"></a>\n\n## Runs',
     ]
     titles = _panel_titles(report)
@@ -748,12 +806,13 @@ def render_markdown(report: Report, folder: str) -> str:
 
 def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
                  allow_unverified: bool = False, baseline: str | Path | None = None,
-                 single_file: bool = False, lead: Sequence[LeadSection] = ()) -> list[Path]:
+                 single_file: bool = False, lead: Sequence[LeadSection] = (),
+                 title: str = TITLE, opening: Opening | None = None) -> list[Path]:
     """Build the report on ``paths`` and write it to ``out``, its figures into
     ``<stem>_figures/`` beside it (inlined instead with ``single_file``, HTML only); return the
     files written, the report first."""
-    return write_built(build_report(paths, allow_unverified, baseline, lead), out, markdown,
-                       single_file)
+    return write_built(build_report(paths, allow_unverified, baseline, lead, title, opening),
+                       out, markdown, single_file)
 
 
 def write_built(report: Report, out: Path, markdown: bool = False,

@@ -25,8 +25,8 @@ all (the largest sum of ``lag_s`` over the steps it was slowest): how often it w
 (``slowest_frac``; 1 / ``ranks_compared`` is chance), by how much (``lag_s`` median and p90,
 ``lag_frac_median`` = lag / the other ranks' median compute), and its GPU's temperature and SM clock
 over those steps beside the other devices of its stage. ``per_rank`` has every rank's figures.
-Without phase timers (the deepspeed engine, ``--no-phase-timers``, CUDA-graph steps) compute
-and waiting cannot be told apart: every figure is null and ``reason`` says why.
+Without phase timers (the deepspeed and fsdp2 engines, ``--no-phase-timers``, CUDA-graph steps)
+compute and waiting cannot be told apart: every figure is null and ``reason`` names which.
 
 Anchors: Megatron-LM's StragglerDetector (per-rank timing of the same work, min/max across
 ranks with each GPU's power, temperature and clock) and NVIDIA Resiliency Extension's straggler
@@ -160,8 +160,17 @@ def _device_medians(telemetry: pa.Table, spans: list[tuple[float, float]],
     return out[0], out[1]
 
 
+def untimed_reason(engine: str, phase_timers: bool) -> str:
+    """Why a run's steps have no phase timers: its engine has none (only megatron times
+    phases), ``--no-phase-timers``, or else its CUDA-graphed step."""
+    if engine != "megatron":
+        return f"the {engine} engine"
+    return "--no-phase-timers" if not phase_timers else "CUDA-graph steps"
+
+
 def straggler_summary(steps: list[RankStep], telemetry: pa.Table,
-                      device_of: Callable[[int], tuple[int, int]]) -> dict[str, Any]:
+                      device_of: Callable[[int], tuple[int, int]],
+                      untimed: str) -> dict[str, Any]:
     """``metrics.json`` ``stragglers`` (module docstring) from the ranks' measured steps.
 
     Args:
@@ -169,13 +178,13 @@ def straggler_summary(steps: list[RankStep], telemetry: pa.Table,
         telemetry: Rows of ``telemetry.parquet``; GPU rows give temperature and clock.
         device_of: A rank's ``(node, device)``, the device by its driver index (the one the
             telemetry rows name).
+        untimed: Why steps without phase timers have none (:func:`untimed_reason`).
     """
     if not steps:
         return _unmeasured("no measured steps")
     if not any(s.phases is not None for s in steps):
-        return _unmeasured("no per-phase step timers (deepspeed engine, --no-phase-timers or "
-                           "CUDA-graph steps): a rank's compute and its waiting cannot be told "
-                           "apart")
+        return _unmeasured(f"no per-phase step timers ({untimed}): a rank's compute and its "
+                           "waiting cannot be told apart")
     ranks, windows = _compare(steps)
     if not ranks:
         return _unmeasured("no pipeline stage has two or more ranks with timed steps: "

@@ -21,7 +21,7 @@ from kit import lifecycle
 from kit.analysis.expert_load import expert_load_summary, experts_rows
 from kit.analysis.labels import device_index
 from kit.analysis.metrics import summarize
-from kit.analysis.stragglers import RankStep, straggler_summary
+from kit.analysis.stragglers import RankStep, straggler_summary, untimed_reason
 from kit.bundle.schema import (
     STEPS_SCHEMA,
     FieldSource,
@@ -404,7 +404,7 @@ def assemble_bundle(
             [RankStep(res.rank, res.placement.get("pp_rank", 0), s.step,
                       s.t_start + offset_s(res.rank), s.t_end + offset_s(res.rank), s.phases)
              for res in streamed if res for s in res.steps if s.phase == "measured"],
-            telemetry, device_of),
+            telemetry, device_of, untimed_reason(cfg.engine, cfg.phase_timers)),
         expert_load=expert_load_summary(experts, getattr(cfg.workload, "moe_top_k", 0) or 0,
                                         cfg.parallel.ep,  # a fabric run has no workload model
                                         cfg.tokens_per_step if cfg.workload.family != "fabric"

@@ -360,8 +360,8 @@ class MetricsFile(BaseModel):
         "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason; the "
         "energy cross-checks (power_integral_j, counter_vs_integral, zeus_energy_j, "
         "zeus_vs_counter, energy_check_max) and what the figures rest on (power_samples_min, "
-        "counter_readings_min, counter_coverage_min, window_s, window_short, temp_steady), "
-        "docs/metrics.md.",
+        "counter_readings_min, counter_coverage_min, window_s, window_short, temp_steady, "
+        "energy_steps: the measured steps the energy covers), docs/metrics.md.",
     )
     lifecycle: dict[str, Any] = Field(
         default_factory=dict,

@@ -9,6 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from kit.analysis.host import host_figures
+from kit.analysis.side_by_side import side_by_side_text
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS
 from kit.neutralize import terminal_safe
@@ -18,6 +19,8 @@ _FRACTIONS = frozenset({"mfu", "clock_sm_frac_of_max", "throttle_frac"})
 _LAYOUT = ("tp", "pp", "dp", "cp", "ep")
 _PHASES = ("forward_s", "backward_s", "pipeline_p2p_s", "grad_sync_s", "optimizer_s")
 _GIB = 2**30
+_LABELS = {"step_time_s": "step_time_s (median step)"}
+"""Summary keys shown with what they are, where a mean beside them could be mistaken for them."""
 
 
 def _value(key: str, value: float | int | None) -> str:
@@ -77,7 +80,8 @@ def _stage_table(per_rank: list[dict[str, Any]]) -> str | None:
         rows, headers=("stage", "ranks", *(k.removesuffix("_s") for k in _PHASES), "peak GiB"),
         disable_numparse=True, colalign=("right",) * (len(_PHASES) + 3),
     )
-    note = "seconds per measured step, mean over the stage's ranks"
+    note = ("mean seconds per measured step over the steps, a slow one counted in full, and "
+            "over the stage's ranks; step_time_s above is the median step")
     if not timed:
         note += "; phases not timed (a CUDA-graphed step, or --no-phase-timers)"
     return f"{table}\n({note})"
@@ -91,8 +95,9 @@ def format_bundle(bundle: Bundle) -> str:
 
     Returns:
         A few ``key  value`` lines, a blank line, then a metric/value table (the summary's
-        keys, then the host's CPU and memory figures, kit.analysis.host), and with several
-        pipeline stages or timed phases a table per stage.
+        keys, then the host's CPU and memory figures, kit.analysis.host), with several
+        pipeline stages or timed phases a table per stage, and a profiled run's time by
+        category and pipeline bubble (or a fabric run's bus bandwidth) as ``compare`` shows it.
     """
     manifest, summary = bundle.manifest, bundle.metrics.summary
     rows = [("bundle", bundle.path.name), ("status", manifest.status)]
@@ -104,7 +109,7 @@ def format_bundle(bundle: Bundle) -> str:
         ("layout", _layout(manifest.config)),
         ("world size", _value("world_size", summary["world_size"])),
     ]
-    metrics = [(key, _value(key, summary[key])) for key in SUMMARY_KEYS]
+    metrics = [(_LABELS.get(key, key), _value(key, summary[key])) for key in SUMMARY_KEYS]
     metrics += [(f"host_{key}", _value(key, value))  # telemetry's host rows (a CPU host: all
                 for key, value in host_figures(bundle).items()]  # there is besides the steps)
     shown = [(key, terminal_safe(str(value))) for key, value in rows]  # a bundle's own words
@@ -114,7 +119,8 @@ def format_bundle(bundle: Bundle) -> str:
                  disable_numparse=True),
     ]
     stages = _stage_table(bundle.metrics.per_rank)
-    return "\n\n".join(parts if stages is None else [*parts, stages])
+    profile = side_by_side_text([bundle])  # a profiled run's breakdown and bubble, a fabric
+    return "\n\n".join(p for p in (*parts, stages, profile) if p)  # run's bus bandwidth
 
 
 def format_sweep_folder(sweep: SweepFolder) -> str:

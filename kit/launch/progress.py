@@ -15,11 +15,14 @@ class ProgressWatcher:
     """Poll rank 0's step log and draw a bar on a terminal, or print one line per step."""
 
     def __init__(self, path: Path, total: int, warmup: int, label: str,
-                 marks: Path | None = None, eager: str | None = None) -> None:
+                 marks: Path | None = None, eager: str | None = None,
+                 pipelined: bool = False) -> None:
         """``eager``: on a GPU, why the step runs eager instead of graphed (each step line
-        says so, since it paces the GPU from the host); None when graphed or on a CPU."""
+        says so, since it paces the GPU from the host); None when graphed or on a CPU.
+        ``pipelined``: the loss lives on the last pipeline stage, not on rank 0."""
         self.path, self.total, self.label, self.marks = path, total, label, marks
         self._eager = eager
+        self.no_loss = "on the last stage" if pipelined else "n/a"
         self._offset = 0
         self._stage: str | None = None
         self._stepped = False
@@ -68,7 +71,7 @@ class ProgressWatcher:
         for line in complete.splitlines():
             rec = json.loads(line)
             self._stepped = True
-            loss = "n/a" if rec["loss"] is None else f"{rec['loss']:.4f}"
+            loss = self.no_loss if rec["loss"] is None else f"{rec['loss']:.4f}"
             info = f"{rec['phase']} {rec['t_end'] - rec['t_start']:.3f}s/step loss {loss}"
             if self._eager is not None:
                 info += f" [{self._eager}]"

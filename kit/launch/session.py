@@ -210,7 +210,7 @@ def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | Fabric
     # on a GPU an eager step is a fallback from the graphed one, which each step line names
     fallback = None if execution.graphed or cfg.platform.is_cpu else execution.describe()
     return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
-                           marks_path(staging, 0), fallback)
+                           marks_path(staging, 0), fallback, pipelined=cfg.parallel.pp > 1)
 
 
 WARM_IMPORTS = ("kit.bundle.assemble", "kit.container.command")

@@ -99,6 +99,9 @@ class MemoryEstimate(BaseModel):
         0, ge=0, description="Headroom a multi-rank run needs before it can be trusted to fit "
         "(the platform's multi_rank_margin_gib; 0 for one rank and on cpu): less warns, it "
         "does not refuse.")
+    remedies: str = Field(
+        "", description="How to need less memory, leaving out what the run already does "
+        "(--recompute full, --dist-optimizer, micro-batch 1), for messages.")
 
     @property
     def peak(self) -> StageMemory:
@@ -386,7 +389,20 @@ def estimate_memory(cfg: RunConfig, zero_stage: int | None = None) -> MemoryEsti
         stages=stages, required_bytes=required, capacity_bytes=capacity, capacity_source=source,
         shared_host=plat.is_cpu,
         margin_bytes=int(plat.multi_rank_margin_gib * GIB) if multi_rank else 0,
+        remedies=_remedies(cfg, plat.is_cpu),
     )
+
+
+def _remedies(cfg: RunConfig, shared_host: bool) -> str:
+    """What would need less memory, of what ``cfg`` does not do yet, in words."""
+    smaller = ["a smaller --micro-batch"] if cfg.micro_batch_size > 1 else []
+    if shared_host:
+        ways = ["use a smaller workload", "fewer ranks", *smaller]
+    else:
+        shard = "--tp, --pp" + ("" if cfg.optim.dist_optimizer else ", --dist-optimizer")
+        ways = [f"shard more ({shard})",
+                *(["use --recompute full"] if cfg.optim.recompute != "full" else []), *smaller]
+    return ways[0] if len(ways) == 1 else f"{', '.join(ways[:-1])} or {ways[-1]}"
 
 
 def _gib(n: int) -> str:
@@ -402,16 +418,11 @@ def fit_refusal(est: MemoryEstimate) -> str | None:
     parts = (f"weights {_gib(s.weights_bytes)}, grads {_gib(s.grads_bytes)}, optimizer "
              f"{_gib(s.optimizer_bytes)}, activations {_gib(s.activations_bytes)}, logits "
              f"{_gib(s.logits_bytes)}, overhead {_gib(s.overhead_bytes)}")
-    if est.shared_host:
-        where, fix = "each rank", "use a smaller workload, fewer ranks or a smaller --micro-batch"
-    else:
-        where = f"pipeline stage {s.stage}"
-        fix = ("shard more (--tp, --pp, --dist-optimizer), use --recompute full or a smaller "
-               "--micro-batch")
+    where = "each rank" if est.shared_host else f"pipeline stage {s.stage}"
     return (
         f"predicted not to fit: estimated {_gib(est.required_bytes)} ({where}: {parts}) > "
-        f"{_gib(est.capacity_bytes)} {est.capacity_source}; {fix}, or pass --force to run "
-        "anyway"
+        f"{_gib(est.capacity_bytes)} {est.capacity_source}; {est.remedies}, or pass --force "
+        "to run anyway"
     )
 
 
@@ -428,8 +439,7 @@ def fit_warning(est: MemoryEstimate) -> str | None:
     assert est.headroom_bytes is not None
     return (f"memory may run out: {_gib(est.headroom_bytes)} of headroom, less than the "
             f"{_gib(est.margin_bytes)} that multi-rank runs on this platform were seen to need "
-            "beyond the estimate (communicator buffers); if it does, shard more (--tp, --pp, "
-            "--dist-optimizer), use --recompute full or a smaller --micro-batch")
+            f"beyond the estimate (communicator buffers); if it does, {est.remedies}")
 
 
 def predicted_oom(cfg: RunConfig, zero_stage: int | None = None) -> str | None:

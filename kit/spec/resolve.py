@@ -10,6 +10,7 @@ from kit.spec.detect import detect_platform, local_accelerator_names, platform_p
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
 from kit.spec.run import (
+    MAX_STEPS,
     Launcher,
     OptimizationConfig,
     ParallelConfig,
@@ -87,8 +88,8 @@ class RunRequest(BaseModel):
     zero: Literal[0, 1, 2, 3] = Field(0, description="deepspeed: ZeRO stage.")
     offload: bool = Field(
         False, description="deepspeed: optimizer states and step on the host (ZeRO-Offload).")
-    steps: int = Field(20, gt=0, description="Measured steps.")
-    warmup: int = Field(3, ge=0, description="Unmeasured steps first.")
+    steps: int = Field(20, gt=0, le=MAX_STEPS, description="Measured steps.")
+    warmup: int = Field(3, ge=0, le=MAX_STEPS, description="Unmeasured steps first.")
     telemetry_interval_ms: int = Field(
         20, ge=0, description="Telemetry sampling period in ms; 0 turns telemetry off.")
     min_measured_s: float | None = Field(

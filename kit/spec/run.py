@@ -11,6 +11,9 @@ from kit.spec.workload import ScalingRecord, WorkloadSpec
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 Launcher = Literal["local", "torchrun", "slurm"]
+MAX_STEPS = 100_000_000
+"""Most measured (and most warmup) steps a run takes: step numbers are int32 in
+``steps.parquet``, and a measured phase may grow to 20 x its steps (kit.measure_window)."""
 
 
 class ParallelConfig(BaseModel):
@@ -88,8 +91,9 @@ class RunConfig(BaseModel):
     micro_batch_size: int = Field(gt=0, description="Samples per micro-batch per DP rank.")
     global_batch_size: int = Field(gt=0, description="Samples per optimizer step.")
     dtype: Dtype = Field(description="Training dtype (bf16 on GPUs, fp32 on CPU).")
-    steps: int = Field(gt=0, description="Measured steps (after warmup).")
-    warmup: int = Field(ge=0, description="Unmeasured steps before measurement starts.")
+    steps: int = Field(gt=0, le=MAX_STEPS, description="Measured steps (after warmup).")
+    warmup: int = Field(ge=0, le=MAX_STEPS,
+                        description="Unmeasured steps before measurement starts.")
     telemetry_interval_ms: int = Field(
         ge=0, description="Telemetry sampling period, milliseconds; 0 turns telemetry off."
     )

@@ -14,7 +14,8 @@ def _only(value: str | None) -> tuple[str, ...]:
 
 @click.command()
 @click.option("--quick", is_flag=True,
-              help="The short form: fewer points and steps (about 10 minutes on 4 GPUs).")
+              help="The short form: fewer points and steps (about 6 minutes on 4 H200s by the "
+              "estimate; --dry-run --quick gives this node's).")
 @click.option("--dry-run", is_flag=True,
               help="List the points, the findings each serves and the estimated time; run none.")
 @click.option("--resume", is_flag=True,

@@ -34,6 +34,7 @@ from kit.study.render import (
 )
 from kit.study.verdicts import FindingResult, all_findings
 from kit.sweep.folder import read_sweep_folder
+from kit.sweep.index import INDEX_FILE
 from kit.sweep.plan import PlannedPoint, plan_sweep
 
 MATRIX_FILE = "matrix.yaml"
@@ -215,12 +216,14 @@ def conclude(folder: Path, bundles: list[Path], label: str,
     figures = {k: f"{FIGURE_DIR}/{p.name}"
                for k, p in write_figures(results, folder / FIGURE_DIR).items()}
     from kit.analysis.report import LeadSection, write_report
+    from kit.study.opening import report_title, study_opening
 
     lead = LeadSection("findings", "Findings", findings_html(results, figures),
                        findings_markdown(results, figures))
     report: Path | None = folder / REPORT_FILE
     try:
-        write_report([str(b) for b in bundles], report, lead=[lead])
+        write_report([str(b) for b in bundles], report, lead=[lead], title=report_title(label),
+                     opening=study_opening(facts, results, label))
     except KitInputError as e:
         say(f"report not written: {e}")
         report = None
@@ -239,10 +242,12 @@ def run_study(planned: PlannedStudy, out: Path, resume: bool, command: list[str]
 
     matrix = planned.matrix
     folder = out / matrix.name
+    if (folder / INDEX_FILE).exists() and not resume:
+        raise KitInputError(f"study folder {folder} exists; pass --resume to continue it, or "
+                            "--out another directory")
     folder.mkdir(parents=True, exist_ok=True)
     matrix_file = folder / MATRIX_FILE
-    if not (folder / "sweep.json").exists() or resume:
-        _write_matrix(matrix, matrix_file)
+    _write_matrix(matrix, matrix_file)
     say(f"study {matrix.name}: {len(planned.estimates)} points, estimated "
         f"{fmt_duration(planned.total_s)}")
     outcome = run_sweep(matrix.sweep_spec(), matrix_file, out, resume, command,
