@@ -8,6 +8,7 @@ what ``charllm-kit`` runs, so a few hundred fuzzed bundles take seconds, not min
 import csv
 import io
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -261,3 +262,42 @@ def test_fuzzed_bundles_never_end_in_a_traceback(monkeypatch, capsys, tmp_path):
             assert code == 0 or one_error(code, err), (n, command, err)
             outcomes[code] += 1
     assert outcomes[0] and outcomes[2]  # mutations both pass and get refused
+
+
+@pytest.mark.parametrize("slowest, per_rank", [("x", None), (-1, None), (0, [])])
+def test_a_slowest_rank_that_names_no_rank_ends_in_one_error_line(
+        monkeypatch, capsys, tmp_path, slowest, per_rank):
+    def change(m: dict) -> None:
+        m["stragglers"] = {"slowest_rank": slowest, "stage": 0, "slowest_frac": 1.0,
+                           "ranks_compared": 2, "lag_s_median": 0.1, "lag_s_p90": 0.2,
+                           "lag_frac_median": 0.1,
+                           "per_rank": per_rank if per_rank is not None else [
+                               {"rank": 0, "stage": 0, "steps": 4, "slowest_steps": 4}]}
+    bundle = edit_json(copy_bundle(tmp_path), "metrics.json", change)
+    for command in (["compare"], ["report", "-o", str(tmp_path / "r.html")]):
+        line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
+        assert f"stragglers.slowest_rank {slowest!r} names no rank" in line, line
+
+
+def test_compare_of_a_folder_refuses_a_link_that_leaves_it(monkeypatch, capsys, tmp_path):
+    outside = copy_bundle(tmp_path / "elsewhere")
+    folder = tmp_path / "received"
+    copy_bundle(folder)
+    (folder / "zz-link").symlink_to(outside, target_is_directory=True)
+    line = one_error(*kit(monkeypatch, capsys, "compare", str(folder))[::2])
+    assert "zz-link is a link to a place outside the folder" in line
+    (folder / "zz-link").unlink()
+    code, _, err = kit(monkeypatch, capsys, "compare", str(folder))
+    assert code == 0, err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["bundle", "verify"], ["compare"], ["bundle", "show"]])
+def test_a_fifo_listed_in_sha256sums_is_refused_without_opening_it(
+        monkeypatch, capsys, tmp_path, command):
+    bundle = copy_bundle(tmp_path)
+    os.mkfifo(bundle / "logs" / "pipe.log")
+    with (bundle / "SHA256SUMS").open("a") as sums:
+        sums.write(f"{'0' * 64}  logs/pipe.log\n")
+    line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
+    assert "logs/pipe.log is a special file" in line

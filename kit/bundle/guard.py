@@ -17,8 +17,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 SHAPE_ERRORS = (TypeError, KeyError, AttributeError, IndexError, ValueError, ArithmeticError,
-                RecursionError)
-"""What Python raises when a value has another type or shape than the code expects."""
+                RecursionError, StopIteration)
+"""What Python raises when a value has another type or shape than the code expects (a
+``StopIteration``: a search of the bundle's own lists found nothing)."""
 
 
 def bundle_input_errors(command: Callable[P, R]) -> Callable[P, R]:
