@@ -97,6 +97,30 @@ def zeros_archive(path: Path, bundle: Path, zeros: int, declared: int | None) ->
     return path
 
 
+def _extension_link(kind: bytes) -> bytes:
+    """One extension header and its data, of tar type ``kind`` (pax ``x``/``g``, GNU ``L``)."""
+    if kind == b"L":
+        info = tarfile.TarInfo("n" * 120)
+        return info.tobuf(tarfile.GNU_FORMAT)[:1024]
+    info = tarfile.TarInfo("bundle-archive.json")
+    info.pax_headers = {"comment": "x"}
+    block = bytearray(info.tobuf(tarfile.PAX_FORMAT)[:1024])
+    block[156:157] = kind
+    block[148:156] = b" " * 8
+    block[148:155] = b"%06o\0" % sum(block[:512])
+    return bytes(block)
+
+
+def chained_archive(path: Path, kind: bytes, links: int) -> Path:
+    """A gzip'd tar whose first member follows ``links`` extension headers of type ``kind``
+    in a row (a few KB of archive for thousands of links)."""
+    info = tarfile.TarInfo("bundle-archive.json")
+    info.size = 2
+    member = info.tobuf(tarfile.USTAR_FORMAT) + b"{}".ljust(512, b"\0")
+    path.write_bytes(gzip.compress(_extension_link(kind) * links + member + b"\0" * 1024))
+    return path
+
+
 class _Zeros(io.RawIOBase):
     """``size`` zero bytes, read without holding them."""
 

@@ -23,6 +23,7 @@ from kit.cli import main
 from kit.errors import BundleError
 from tests.hostile_bundles import (
     H200,
+    chained_archive,
     constant_rows,
     copy_bundle,
     edit_json,
@@ -301,3 +302,17 @@ def test_a_fifo_listed_in_sha256sums_is_refused_without_opening_it(
         sums.write(f"{'0' * 64}  logs/pipe.log\n")
     line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
     assert "logs/pipe.log is a special file" in line
+
+
+@pytest.mark.parametrize("kind", [b"x", b"g", b"L"])
+def test_unpack_cuts_a_chain_of_extension_headers(monkeypatch, capsys, tmp_path, kind):
+    archive = chained_archive(tmp_path / "chain.tar.gz", kind, 2000)
+    assert archive.stat().st_size < 10_000
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "unpack", str(archive), "-o",
+                          str(tmp_path / "in"))[::2])
+    assert "over 8 extension headers (pax or GNU long-name) in a row" in line
+    assert not (tmp_path / "in").exists()
+    short = chained_archive(tmp_path / "short.tar.gz", kind, 8)  # as many as a packer may write
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "unpack", str(short), "-o",
+                          str(tmp_path / "in"))[::2])
+    assert "extension headers" not in line
