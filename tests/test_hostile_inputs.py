@@ -13,22 +13,29 @@ import random
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from kit.bundle import parquet_pages
 from kit.bundle.archive import ArchiveLimits
 from kit.bundle.budget import BUDGET_ENV
 from kit.bundle.unpack import unpack_bundle
+from kit.bundle.schema import STEPS_SCHEMA
 from kit.bundle.writer import write_sums
 from kit.cli import main
 from kit.errors import BundleError
 from tests.hostile_bundles import (
     H200,
     chained_archive,
+    chunk_fields,
     constant_rows,
     copy_bundle,
+    edit_footer,
     edit_json,
     laughing_sweep,
     long_strings,
+    many_row_groups,
     reseal,
     zeros_archive,
 )
@@ -64,7 +71,7 @@ def test_a_table_of_millions_of_constant_rows_is_refused_from_its_footer(
     assert (bundle / "telemetry.parquet").stat().st_size < 1_000_000
     for command in (["bundle", "verify"], ["bundle", "show"], ["compare"]):
         line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
-        assert "telemetry.parquet declares 1000000 rows" in line and BUDGET_ENV in line
+        assert "telemetry.parquet has 1000000 rows in 1 row groups" in line and BUDGET_ENV in line
 
 
 def test_strings_that_decode_past_the_budget_are_refused_before_expanding(
@@ -316,3 +323,81 @@ def test_unpack_cuts_a_chain_of_extension_headers(monkeypatch, capsys, tmp_path,
     line = one_error(*kit(monkeypatch, capsys, "bundle", "unpack", str(short), "-o",
                           str(tmp_path / "in"))[::2])
     assert "extension headers" not in line
+
+
+def _steps_row_groups(tmp_path: Path, groups: int, rows: int, **options) -> Path:
+    return many_row_groups(copy_bundle(tmp_path), "steps.parquet", groups, rows, STEPS_SCHEMA,
+                           **options)
+
+
+READERS = (["bundle", "verify"], ["bundle", "show"], ["compare"])
+
+
+@pytest.mark.parametrize("lie", ["file", "row group"])
+def test_row_counts_are_taken_from_what_is_read_not_from_the_footer(
+        monkeypatch, capsys, tmp_path, lie):
+    bundle = _steps_row_groups(tmp_path, groups=4, rows=100_000)
+
+    def understate(footer: dict) -> None:
+        footer[3] = (footer[3][0], 1)
+        if lie == "row group":
+            for group in footer[4][1][1]:
+                group[3] = (group[3][0], 1)
+        chunks = chunk_fields(footer)
+        for chunk in chunks:
+            chunk[6] = (chunk[6][0], 1)  # total_uncompressed_size
+    edit_footer(bundle / "steps.parquet", understate)
+    reseal(bundle)
+    needle = ("the footer declares 1 rows, its row groups 400000" if lie == "file" else
+              "row group 0 declares 1 rows, but the pages of its column 0 hold 100000 values")
+    for command in READERS:
+        line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
+        assert f"steps.parquet is not readable parquet (PagesError: {needle})" in line, line
+    archive = zeros_archive(tmp_path / "a.tar.gz", bundle, 0, None)
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "unpack", str(archive), "-o",
+                          str(tmp_path / "in"))[::2])
+    assert needle in line and not (tmp_path / "in").exists()
+
+
+def _long_phase(tmp_path: Path, groups: int, length: int) -> Path:
+    """steps.parquet of ``groups`` one-row groups whose phase is one ``length``-character
+    word, each group's dictionary page holding it, the footer saying every chunk decodes to
+    1 byte."""
+    bundle = copy_bundle(tmp_path)
+    row = pq.read_table(bundle / "steps.parquet").slice(0, 1)
+    row = row.set_column(row.schema.get_field_index("phase"), "phase",
+                         pa.array(["m" * length], pa.string())).cast(STEPS_SCHEMA)
+    with pq.ParquetWriter(bundle / "steps.parquet", STEPS_SCHEMA, compression="zstd") as w:
+        for _ in range(groups):
+            w.write_table(row)
+
+    def understate(footer: dict) -> None:
+        for chunk in chunk_fields(footer):
+            chunk[6] = (chunk[6][0], 1)
+    edit_footer(bundle / "steps.parquet", understate)
+    return reseal(bundle)
+
+
+def test_dictionary_pages_are_counted_as_read_in_every_row_group(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv(BUDGET_ENV, "0.05")
+    bundle = _long_phase(tmp_path, groups=10, length=2**22)
+    assert (bundle / "steps.parquet").stat().st_size < 100_000
+    for command in READERS:
+        line = one_error(*kit(monkeypatch, capsys, *command, str(bundle))[::2])
+        assert "steps.parquet has 10 rows in 10 row groups, 0.04 GiB decoded" in line, line
+    monkeypatch.setattr(parquet_pages, "MAX_DICTIONARY_PAGE_BYTES", 2**20)
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "verify", str(bundle))[::2])
+    assert "row group 0 column 2: a dictionary page of 4194308 bytes, over the 1048576" in line
+
+
+def test_row_groups_and_footers_are_capped(monkeypatch, capsys, tmp_path):
+    bundle = _steps_row_groups(tmp_path, groups=1100, rows=1)
+    archive = zeros_archive(tmp_path / "a.tar.gz", bundle, 0, None)
+    for command in [*READERS, ["bundle", "unpack", str(archive), "-o", str(tmp_path / "in")]]:
+        line = one_error(*kit(monkeypatch, capsys, *command,
+                              *([] if "unpack" in command else [str(bundle)]))[::2])
+        assert "steps.parquet: 1100 row groups, over the 1024 a table may have" in line, line
+    assert not (tmp_path / "in").exists()
+    monkeypatch.setattr(parquet_pages, "MAX_FOOTER_BYTES", 64 * 1024)
+    line = one_error(*kit(monkeypatch, capsys, "bundle", "verify", str(bundle))[::2])
+    assert "steps.parquet: a footer of" in line and "bytes, over the 65536 read" in line, line
