@@ -10,9 +10,11 @@ import io
 import json
 import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,7 +22,7 @@ import pytest
 from kit.bundle import parquet_pages
 from kit.bundle.archive import ArchiveLimits
 from kit.bundle.budget import BUDGET_ENV
-from kit.bundle.unpack import unpack_bundle
+from kit.bundle.unpack import MAX_EXTENSION_HEADERS, unpack_bundle
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.bundle.writer import write_sums
 from kit.cli import main
@@ -401,3 +403,160 @@ def test_row_groups_and_footers_are_capped(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(parquet_pages, "MAX_FOOTER_BYTES", 64 * 1024)
     line = one_error(*kit(monkeypatch, capsys, "bundle", "verify", str(bundle))[::2])
     assert "steps.parquet: a footer of" in line and "bytes, over the 65536 read" in line, line
+
+
+def limited_kit(cases: list[dict], headroom_mib: float, timeout: float = 300) -> list[dict]:
+    """Run ``cases`` (the first a warm-up) in one child whose memory is capped at what it
+    holds after the warm-up plus ``headroom_mib`` (tests/limited_kit.py): one result each."""
+    done = subprocess.run([sys.executable, "-m", "tests.limited_kit", str(headroom_mib)],
+                          input=json.dumps(cases), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _long_steps(tmp_path: Path, rows: int) -> Path:
+    """steps.parquet of ``rows`` rows (the bundle's 23 repeated, step numbers distinct)."""
+    bundle = copy_bundle(tmp_path)
+    first = pq.read_table(bundle / "steps.parquet")
+    table = first.take(pa.array(np.arange(rows) % first.num_rows))
+    table = table.set_column(0, "step", pa.array(np.arange(rows, dtype=np.int32)))
+    pq.write_table(table.cast(STEPS_SCHEMA), bundle / "steps.parquet")
+    return reseal(bundle)
+
+
+@pytest.mark.timeout(600)
+def test_what_verify_accepts_every_reader_holds_within_the_budget(tmp_path):
+    """The budget covers the readers' copies, not just the table: a steps table just under a
+    third of it is read by verify, show and compare within the budget (the child's memory
+    capped there); one of 2.4 million rows, which passed verify at its decoded size until
+    2026-12-07 while show then took 2.5 times that, is refused by every reader in one line."""
+    budget = {BUDGET_ENV: "0.25"}
+    fits = _long_steps(tmp_path / "fits", 1_100_000)
+    over = _long_steps(tmp_path / "over", 2_400_000)
+    readers = [["bundle", "verify"], ["bundle", "show"], ["compare", "--format", "json"]]
+    cases = [{"argv": ["bundle", "verify", str(H200)], "env": {}}]
+    cases += [{"argv": [*r, str(b)], "env": budget} for b in (fits, over) for r in readers]
+    results = limited_kit(cases, headroom_mib=0.25 * 1024)
+    for result in results[:3]:
+        assert result["code"] == 0, result["err"]
+    for result in results[3:]:
+        line = one_error(result["code"], result["err"])
+        assert "steps.parquet has 2400000 rows in 3 row groups" in line, line
+        assert "3 times that (its readers' copies) is over the 0.25 GiB" in line
+
+
+def _fuzz_footer(rng: random.Random, bundle: Path) -> None:
+    """Row groups of the steps table whose footer understates or overstates rows."""
+    groups, rows = rng.randint(1, 5), rng.randint(1, 50_000)
+    many_row_groups(bundle, "steps.parquet", groups, rows, STEPS_SCHEMA)
+    lie = rng.choice([0, 1, -1, rows * groups + rng.randint(1, 9), 2**40, rows // 2])
+    lie = lie if lie != rows * groups else 0
+
+    def change(footer: dict) -> None:
+        if rng.random() < 0.5:
+            footer[3] = (footer[3][0], lie)
+        else:
+            group = rng.choice(footer[4][1][1])
+            group[3] = (group[3][0], lie if lie != rows else rows + 1)
+        for chunk in chunk_fields(footer):
+            if rng.random() < 0.5:
+                chunk[6] = (chunk[6][0], rng.choice([0, 1, 2**31]))
+    edit_footer(bundle / "steps.parquet", change)
+
+
+def _fuzz_dictionary(rng: random.Random, bundle: Path) -> None:
+    """One-row groups whose phase is a 3-4 MiB word, the footer saying each chunk is tiny."""
+    row = pq.read_table(bundle / "steps.parquet").slice(0, 1)
+    word = pa.array([rng.choice("mwx") * rng.randint(3 * 2**20, 4 * 2**20)], pa.string())
+    row = row.set_column(2, "phase", word).cast(STEPS_SCHEMA)
+    with pq.ParquetWriter(bundle / "steps.parquet", STEPS_SCHEMA, compression="zstd") as w:
+        for _ in range(rng.randint(6, 12)):
+            w.write_table(row)
+    edit_footer(bundle / "steps.parquet", lambda footer: [
+        chunk.update({6: (chunk[6][0], rng.randint(0, 100))}) for chunk in chunk_fields(footer)])
+
+
+def _fuzz_row_groups(rng: random.Random, bundle: Path) -> None:
+    many_row_groups(bundle, "steps.parquet", rng.randint(1025, 1300), 1, STEPS_SCHEMA)
+
+
+def _fuzz_special(rng: random.Random, bundle: Path) -> None:
+    where = bundle / rng.choice(["logs", "."]) / rng.choice(["p.log", "q", "z.parquet"])
+    os.mkfifo(where)
+    if rng.random() < 0.7:
+        with (bundle / "SHA256SUMS").open("a") as sums:
+            sums.write(f"{'0' * 64}  {where.relative_to(bundle).as_posix()}\n")
+
+
+def _fuzz_slowest(rng: random.Random, bundle: Path) -> None:
+    value = rng.choice(["x", "", -1, -(2**40), 10**6, 2**70, 0.5, [], {}, [0]])
+    per_rank = [] if rng.random() < 0.3 else [
+        {"rank": r, "stage": 0, "steps": 4, "slowest_steps": 1} for r in range(rng.randint(1, 4))]
+    edit_json(bundle, "metrics.json", lambda m: m.update(stragglers={
+        "slowest_rank": value, "stage": 0, "slowest_frac": 0.5, "ranks_compared": 2,
+        "lag_s_median": 0.1, "lag_s_p90": 0.2, "lag_frac_median": 0.1, "per_rank": per_rank}))
+
+
+BUNDLE_FAMILIES = {"footer": _fuzz_footer, "dictionary": _fuzz_dictionary,
+                   "row groups": _fuzz_row_groups, "special file": _fuzz_special,
+                   "slowest rank": _fuzz_slowest}
+"""Hostile bundles by family (issue 60): each makes a copy of the H200 bundle one that every
+reader must refuse."""
+
+
+def _fuzz_cases(rng: random.Random, tmp: Path, n: int) -> list[tuple[str, dict, Path | None]]:
+    """(family, case for tests/limited_kit.py, a folder that must not exist afterwards)."""
+    family = rng.choice([*BUNDLE_FAMILIES, "tar chain", "unpack", "folder link"])
+    case = tmp / f"c{n}"
+    budget = {BUDGET_ENV: "0.05"}
+    if family == "tar chain":
+        archive = chained_archive(case.with_suffix(".tar.gz"), rng.choice([b"x", b"g", b"L"]),
+                                  rng.randint(MAX_EXTENSION_HEADERS + 1, 3000))
+        return [(family, {"argv": ["bundle", "unpack", str(archive), "-o", str(case)],
+                          "env": {}}, case)]
+    if family == "folder link":
+        case.mkdir()
+        (case / "a-link").symlink_to(H200, target_is_directory=True)
+        return [(family, {"argv": ["compare", str(case)], "env": {}}, None)]
+    bundle = copy_bundle(case)
+    kind = rng.choice(["footer", "row groups"]) if family == "unpack" else family
+    BUNDLE_FAMILIES[kind](rng, bundle)
+    if kind != "slowest rank":
+        reseal(bundle) if kind != "special file" else None
+    if family == "unpack":
+        archive = zeros_archive(case / "a.tar.gz", bundle, 0, None)
+        dest = case / "in"
+        return [(family, {"argv": ["bundle", "unpack", str(archive), "-o", str(dest)],
+                          "env": budget}, dest)]
+    commands = [["bundle", "verify"], ["bundle", "show"], ["compare", "--format",
+                                                           rng.choice(["json", "csv", "text"])]]
+    if kind == "slowest rank":  # the formats that name the slowest rank
+        commands = [["compare", "--format", rng.choice(["text", "markdown"])]]
+    return [(family, {"argv": [*c, str(bundle)], "env": budget}, None) for c in commands]
+
+
+@pytest.mark.timeout(600)
+def test_seeded_fuzz_of_hostile_families_ends_in_one_line_within_memory(tmp_path):
+    """A few hundred seeded cases of the families of issue 60 (lying parquet footers, shared
+    dictionaries, row groups past the cap, tar header chains, fifos, slowest ranks that name
+    no rank, links out of a compared folder), run in children capped at 512 MiB over what the
+    kit holds after start (tests/limited_kit.py): each ends in one ``error:`` line with exit
+    code 2 (never out of memory), and leaves no file behind."""
+    rng = random.Random(60)
+    cases: list[tuple[str, dict, Path | None]] = []
+    for n in range(120):
+        cases += _fuzz_cases(rng, tmp_path, n)
+    before = {p for p in tmp_path.rglob("*")}
+    warm = {"argv": ["bundle", "verify", str(H200)], "env": {}}
+    results = []
+    for start in range(0, len(cases), 100):
+        batch = cases[start:start + 100]
+        results += limited_kit([warm, *[c for _, c, _ in batch]], headroom_mib=512)
+    assert len(results) == len(cases) >= 200
+    for (family, case, gone), result in zip(cases, results, strict=True):
+        line = one_error(result["code"], result["err"])
+        assert "out of memory" not in line and "Traceback" not in line, (family, case, line)
+        assert gone is None or not gone.exists(), (family, case)
+    assert {p for p in tmp_path.rglob("*")} == before  # nothing written, no staging left
+    assert {f for f, _, _ in cases} == {*BUNDLE_FAMILIES, "tar chain", "unpack", "folder link"}
