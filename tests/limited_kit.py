@@ -34,7 +34,10 @@ def run(argv: list[str], env: dict[str, str]) -> dict[str, object]:
         code = e.code if isinstance(e.code, int) else 1
     finally:
         for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return {"code": code, "err": err.getvalue()}
 
 

@@ -31,7 +31,9 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.hostile_bundles import (  # noqa: E402  (after the path above)
+from kit.bundle.schema import STEPS_SCHEMA  # noqa: E402  (after the path above)
+from kit.bundle.writer import SUMS_NAME  # noqa: E402
+from tests.hostile_bundles import (  # noqa: E402
     H200,
     billion_laughs,
     chained_archive,
@@ -46,9 +48,6 @@ from tests.hostile_bundles import (  # noqa: E402  (after the path above)
     zeros_archive,
 )
 from tests.test_bundle_redact import LOG, SBATCH, SEEDS, _seed  # noqa: E402
-
-from kit.bundle.schema import STEPS_SCHEMA  # noqa: E402
-from kit.bundle.writer import SUMS_NAME  # noqa: E402
 
 
 def run(args: list[str], cwd: Path) -> tuple[int, str, float, float]:

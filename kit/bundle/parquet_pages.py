@@ -44,7 +44,8 @@ MAX_PAGE_HEADER_BYTES = 1 * 2**20
 """Largest page header (pyarrow keeps a page's statistics under 4 KiB)."""
 
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
-_HEADER_PEEK = 16 * 1024
+_HEADER_PEEK = 1024
+"""Bytes read for a page header first (they take a few dozen; more are read when needed)."""
 
 
 class PagesError(ValueError):

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from kit.bundle.budget import check_table_budget, read_within_budget

@@ -89,7 +89,7 @@ class CompactReader:
 
     def _count(self, size: int) -> range:
         if size > len(self.data) - self.pos:  # every element takes at least one byte
-            raise ThriftError(f"a container of {size} elements in fewer bytes")
+            raise ThriftTruncated(f"a container of {size} elements in fewer bytes")
         return range(size)
 
     def read_struct(self, depth: int = 0) -> dict[int, tuple[int, Any]]:
