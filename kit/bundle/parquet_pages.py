@@ -131,11 +131,16 @@ def _values(header: dict, page_type: int) -> int:
     return _int(inner, 1, "num_values")
 
 
-def _chunk_range(chunk: pq.ColumnChunkMetaData, file_size: int) -> tuple[int, int]:
-    """The bytes pyarrow reads for a column chunk, as it computes them."""
+def _chunk_range(chunk: pq.ColumnChunkMetaData, rows: int,
+                 file_size: int) -> tuple[int, int] | None:
+    """The bytes pyarrow reads for a column chunk, as it computes them; None for the chunk of
+    an empty row group that has no data page (pyarrow writes its ``data_page_offset`` as 0 and
+    reads nothing of it)."""
     start = chunk.data_page_offset
     if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
         start = chunk.dictionary_page_offset
+    if start == 0 and rows == 0:
+        return None
     end = start + chunk.total_compressed_size
     if start < 4 or chunk.total_compressed_size < 0 or end > file_size:
         raise PagesError("a column chunk lies outside the file")
@@ -162,7 +167,10 @@ def decode_cost(path: Path, metadata: pq.FileMetaData) -> DecodeCost:
                 raise PagesError(f"row group {g} declares {group.num_rows} rows")
             rows += group.num_rows
             for c in range(group.num_columns):
-                pos, end = _chunk_range(group.column(c), file_size)
+                span = _chunk_range(group.column(c), group.num_rows, file_size)
+                if span is None:
+                    continue
+                pos, end = span
                 values = dictionaries = 0
                 while pos < end:
                     header, length = _header(f, pos, end)
