@@ -27,6 +27,7 @@ from kit.bundle.unpack import MAX_EXTENSION_HEADERS, unpack_bundle
 from kit.bundle.writer import write_sums
 from kit.cli import main
 from kit.errors import BundleError
+from kit.telemetry.fields import TELEMETRY_SCHEMA
 from tests.hostile_bundles import (
     H200,
     chained_archive,
@@ -563,3 +564,12 @@ def test_seeded_fuzz_of_hostile_families_ends_in_one_line_within_memory(tmp_path
         assert gone is None or not gone.exists(), (family, case)
     assert {p for p in tmp_path.rglob("*")} == before  # nothing written, no staging left
     assert {f for f, _, _ in cases} == {*BUNDLE_FAMILIES, "tar chain", "unpack", "folder link"}
+
+
+def test_an_empty_table_is_walked_as_pyarrow_writes_it(monkeypatch, capsys, tmp_path):
+    """pyarrow writes an empty table's chunks with data_page_offset 0 (no data page): a CPU
+    run's telemetry is one, and must verify."""
+    bundle = copy_bundle(tmp_path)
+    pq.write_table(TELEMETRY_SCHEMA.empty_table(), bundle / "telemetry.parquet")
+    code, _, err = kit(monkeypatch, capsys, "bundle", "verify", str(reseal(bundle)))
+    assert code == 0, err
