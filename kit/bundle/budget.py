@@ -19,8 +19,9 @@ a 25-million-row steps table passed ``verify`` at 1.9 GB, then ``show`` reached 
 ``compare`` 3.5 GB.
 
 The limit, :data:`DEFAULT_TABLE_BUDGET_GIB`, holds a 4-hour run of 8 devices sampled every
-20 ms (about 1.1 GiB of telemetry decoded, so 3.3 GiB charged); a site with larger bundles
-raises it with the environment variable :data:`BUDGET_ENV` (GiB, e.g.
+20 ms (5.8 million telemetry rows of 195 bytes decoded and, as in the committed H200 bundle,
+25 bytes of pages: 1.2 GiB, charged 3.5 GiB), but not two of them in one ``compare``; a site
+with larger bundles raises it with the environment variable :data:`BUDGET_ENV` (GiB, e.g.
 ``CHARLLM_KIT_MAX_TABLE_GIB=16``).
 """
 
