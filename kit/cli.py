@@ -518,6 +518,7 @@ def bundle_show(path: Path, allow_unverified: bool) -> None:
 
 @bundle.command("verify")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@bundle_input_errors
 def bundle_verify(paths: tuple[Path, ...]) -> None:
     """Check bundles' checksums and schemas; exit 2 naming the first bad file."""
     from kit.bundle.verify import verify_bundle
@@ -564,6 +565,7 @@ def bundle_pack(path: Path, output: Path | None, redact: bool, redact_partitions
 @click.argument("archive", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               default=Path("."), help="Directory that receives the bundle (default: .).")
+@bundle_input_errors
 def bundle_unpack(archive: Path, output: Path) -> None:
     """Unpack an archive from anyone safely, verify it; print the bundle path."""
     from kit.bundle.unpack import unpack_bundle

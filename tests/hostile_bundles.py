@@ -9,6 +9,7 @@ import gzip
 import io
 import json
 import shutil
+import struct
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.bundle.thrift_compact import CompactReader
 from kit.bundle.writer import SUMS_NAME, file_sha256, write_sums
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 
@@ -70,6 +72,86 @@ def long_strings(root: Path, rows: int, length: int) -> Path:
     return reseal(root)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _thrift_value(kind: int, value: Any) -> bytes:
+    """``value`` in the compact protocol, as kit.bundle.thrift_compact reads it."""
+    if kind in (1, 2):
+        return bytes([1 if value else 2])
+    if kind == 3:
+        return bytes([value])
+    if kind in (4, 5, 6):
+        return _varint((value << 1) ^ (value >> 63))
+    if kind == 7:
+        return struct.pack("<d", value)
+    if kind == 8:
+        return _varint(len(value)) + value
+    if kind in (9, 10):
+        elem, items = value
+        head = bytes([len(items) << 4 | elem]) if len(items) < 15 else (
+            bytes([0xF0 | elem]) + _varint(len(items)))
+        return head + b"".join(_thrift_value(elem, v) for v in items)
+    if kind == 12:
+        return thrift_struct(value)
+    raise ValueError(f"wire type {kind} not written here")
+
+
+def thrift_struct(fields: dict[int, tuple[int, Any]]) -> bytes:
+    """A struct as :meth:`kit.bundle.thrift_compact.CompactReader.read_struct` returns it,
+    written back."""
+    out, last = bytearray(), 0
+    for fid in sorted(fields):
+        kind, value = fields[fid]
+        if kind in (1, 2):
+            kind, value_bytes = (1 if value else 2), b""
+        else:
+            value_bytes = _thrift_value(kind, value)
+        out += bytes([(fid - last) << 4 | kind]) if 0 < fid - last <= 15 else (
+            bytes([kind]) + _varint(fid << 1))
+        out += value_bytes
+        last = fid
+    return bytes(out + b"\0")
+
+
+def edit_footer(path: Path, change: Callable[[dict[int, tuple[int, Any]]], None]) -> Path:
+    """Rewrite the parquet footer of ``path`` after ``change`` edits its fields (a sender
+    writing whatever totals it likes): FileMetaData 3 is num_rows, 4 the row groups, whose
+    field 1 is the column chunks (their field 3, ColumnMetaData: 5 num_values,
+    6 total_uncompressed_size, 7 total_compressed_size, 9 data_page_offset,
+    11 dictionary_page_offset)."""
+    data = path.read_bytes()
+    length = struct.unpack("<I", data[-8:-4])[0]
+    footer = CompactReader(data[-8 - length:-8]).read_struct()
+    change(footer)
+    new = thrift_struct(footer)
+    path.write_bytes(data[:-8 - length] + new + struct.pack("<I", len(new)) + b"PAR1")
+    return path
+
+
+def chunk_fields(footer: dict) -> list[dict]:
+    """Every ColumnMetaData of a footer read by :func:`edit_footer`, for editing in place."""
+    return [chunk[3][1] for group in footer[4][1][1] for chunk in group[1][1][1]]
+
+
+def many_row_groups(root: Path, name: str, groups: int, rows: int,
+                    schema: pa.Schema, **options: Any) -> Path:
+    """Replace ``root/name`` with ``groups`` row groups of ``rows`` copies of its first row
+    (pyarrow ``write_table`` ``options``), and reseal."""
+    first = pq.read_table(root / name).slice(0, 1).cast(schema)
+    block = pa.concat_tables([first] * rows).combine_chunks()
+    with pq.ParquetWriter(root / name, schema, **options) as writer:
+        for _ in range(groups):
+            writer.write_table(block)
+    return reseal(root)
+
+
 def _member(name: str, data: bytes) -> tuple[tarfile.TarInfo, io.BytesIO]:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -94,6 +176,30 @@ def zeros_archive(path: Path, bundle: Path, zeros: int, declared: int | None) ->
             info = tarfile.TarInfo(f"{bundle.name}/logs/zeros.log")
             info.size = zeros
             tar.addfile(info, _Zeros(zeros))
+    return path
+
+
+def _extension_link(kind: bytes) -> bytes:
+    """One extension header and its data, of tar type ``kind`` (pax ``x``/``g``, GNU ``L``)."""
+    if kind == b"L":
+        info = tarfile.TarInfo("n" * 120)
+        return info.tobuf(tarfile.GNU_FORMAT)[:1024]
+    info = tarfile.TarInfo("bundle-archive.json")
+    info.pax_headers = {"comment": "x"}
+    block = bytearray(info.tobuf(tarfile.PAX_FORMAT)[:1024])
+    block[156:157] = kind
+    block[148:156] = b" " * 8
+    block[148:155] = b"%06o\0" % sum(block[:512])
+    return bytes(block)
+
+
+def chained_archive(path: Path, kind: bytes, links: int) -> Path:
+    """A gzip'd tar whose first member follows ``links`` extension headers of type ``kind``
+    in a row (a few KB of archive for thousands of links)."""
+    info = tarfile.TarInfo("bundle-archive.json")
+    info.size = 2
+    member = info.tobuf(tarfile.USTAR_FORMAT) + b"{}".ljust(512, b"\0")
+    path.write_bytes(gzip.compress(_extension_link(kind) * links + member + b"\0" * 1024))
     return path
 
 

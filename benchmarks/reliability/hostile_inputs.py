@@ -4,6 +4,8 @@ Run from the repository root, CPU only:
 
     PYTHONPATH=$PWD python benchmarks/reliability/hostile_inputs.py \
         > benchmarks/reliability/results/hostile-inputs.txt
+    PYTHONPATH=$PWD python benchmarks/reliability/hostile_inputs.py --issue60 \
+        >> benchmarks/reliability/results/hostile-inputs.txt
 
 Each case builds its input on the fly in a temporary folder (the large ones, a 30-million-row
 parquet and a gigabyte of gzip'd zeros, are never committed), runs one ``charllm-kit`` command
@@ -22,14 +24,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.hostile_bundles import (  # noqa: E402  (after the path above)
+from kit.bundle.schema import STEPS_SCHEMA  # noqa: E402  (after the path above)
+from kit.bundle.writer import SUMS_NAME  # noqa: E402
+from tests.hostile_bundles import (  # noqa: E402
     H200,
     billion_laughs,
+    chained_archive,
+    chunk_fields,
     constant_rows,
     copy_bundle,
+    edit_footer,
     edit_json,
     laughing_sweep,
     long_strings,
@@ -224,14 +235,129 @@ def cases(tmp: Path) -> list[tuple[str, Callable[[], list[str]]]]:
     ]
 
 
+def reader_cases(tmp: Path) -> list[tuple[str, Callable[[], list[str]]]]:
+    """Issue 60, items 2-5, 10 and 11: lying parquet footers, row groups, tables the readers
+    overran, tar header chains, fifos, links and slowest ranks (``--issue60``)."""
+    def steps_bundle(name: str, make: Callable[[Path], None]) -> Path:
+        bundle = copy_bundle(tmp / name)
+        make(bundle / "steps.parquet")
+        return reseal(bundle)
+
+    def row_groups(groups: int, rows: int) -> Callable[[Path], None]:
+        def make(path: Path) -> None:
+            first = pq.read_table(path).slice(0, 1).cast(STEPS_SCHEMA)
+            block = first.take(pa.array(np.zeros(rows, dtype=np.int64)))
+            with pq.ParquetWriter(path, STEPS_SCHEMA) as writer:
+                for _ in range(groups):
+                    writer.write_table(block)
+        return make
+
+    def footer_says_one_row(path: Path) -> None:
+        row_groups(12, 5_000_000)(path)
+        edit_footer(path, lambda footer: footer.update({3: (footer[3][0], 1)}))
+
+    def shared_dictionary(length: int) -> Callable[[Path], None]:
+        def make(path: Path) -> None:
+            row = pq.read_table(path).slice(0, 1)
+            row = row.set_column(2, "phase", pa.array(["m" * length])).cast(STEPS_SCHEMA)
+            with pq.ParquetWriter(path, STEPS_SCHEMA, compression="zstd") as writer:
+                for _ in range(10):
+                    writer.write_table(row)
+            edit_footer(path, lambda footer: [c.update({6: (c[6][0], 1)})
+                                              for c in chunk_fields(footer)])
+        return make
+
+    def one_group_per_row(path: Path) -> None:
+        first = pq.read_table(path).slice(0, 1).cast(STEPS_SCHEMA)
+        pq.write_table(first.take(pa.array(np.zeros(50_000, dtype=np.int64))), path,
+                       row_group_size=1)
+
+    def verify(name: str, make: Callable[[Path], None], *command: str) -> Callable[[], list[str]]:
+        def run_it() -> list[str]:
+            bundle = steps_bundle(name, make) if not (tmp / name).exists() else next(
+                (tmp / name).iterdir())
+            return [*(command or ("bundle", "verify")), str(bundle)]
+        return run_it
+
+    def unpack(name: str) -> Callable[[], list[str]]:
+        def make() -> list[str]:
+            archive = zeros_archive(tmp / f"{name}.tar.gz", next((tmp / name).iterdir()), 0, None)
+            return ["bundle", "unpack", str(archive), "-o", str(tmp / f"{name}-in")]
+        return make
+
+    def chain(kind: bytes) -> Callable[[], list[str]]:
+        def make() -> list[str]:
+            archive = chained_archive(tmp / f"chain-{kind.decode()}.tar.gz", kind, 2000)
+            return ["bundle", "unpack", str(archive), "-o", str(tmp / "chain-in")]
+        return make
+
+    def fifo(*command: str) -> Callable[[], list[str]]:
+        def make() -> list[str]:
+            if not (tmp / "fifo").exists():
+                bundle = copy_bundle(tmp / "fifo")
+                os.mkfifo(bundle / "logs" / "pipe.log")
+                with (bundle / SUMS_NAME).open("a") as sums:
+                    sums.write(f"{'0' * 64}  logs/pipe.log\n")
+            return [*command, str(next((tmp / "fifo").iterdir()))]
+        return make
+
+    def link_out() -> list[str]:
+        folder = tmp / "received"
+        copy_bundle(folder)
+        (folder / "elsewhere").symlink_to(copy_bundle(tmp / "outside"))
+        return ["compare", str(folder)]
+
+    def slowest(value: object, per_rank: list, command: str) -> Callable[[], list[str]]:
+        def make() -> list[str]:
+            name = f"slowest-{len(list(tmp.glob('slowest-*')))}"
+            bundle = edit_json(copy_bundle(tmp / name), "metrics.json", lambda m: m.update(
+                stragglers={"slowest_rank": value, "stage": 0, "slowest_frac": 1.0,
+                            "ranks_compared": 2, "lag_s_median": 0.1, "lag_s_p90": 0.2,
+                            "lag_frac_median": 0.1, "per_rank": per_rank}))
+            if command == "report":
+                return ["report", str(bundle), "-o", str(tmp / f"{name}.html")]
+            return ["compare", str(bundle)]
+        return make
+
+    rank0 = [{"rank": 0, "stage": 0, "steps": 4, "slowest_steps": 4}]
+    return [
+        ("steps.parquet: 12 row groups of 5,000,000 rows, the footer saying num_rows=1",
+         verify("one-row", footer_says_one_row)),
+        ("steps.parquet: 10 one-row groups, each with a 300 MB dictionary page, the footer "
+         "saying every chunk decodes to 1 byte", verify("dict300", shared_dictionary(300 * 2**20))),
+        ("the same packed (index and checksums valid)", unpack("dict300")),
+        ("steps.parquet: the same with 30 MB dictionary pages (under the 64 MiB cap: counted "
+         "ten times, 0.29 GiB, charged 3x within the 4 GiB budget: accepted)",
+         verify("dict30", shared_dictionary(30 * 2**20))),
+        ("steps.parquet: 25,000,000 rows (in 25 row groups)",
+         verify("rows25m", row_groups(25, 1_000_000))),
+        ("the same: bundle show", verify("rows25m", row_groups(25, 1_000_000), "bundle", "show")),
+        ("the same: compare", verify("rows25m", row_groups(25, 1_000_000), "compare")),
+        ("steps.parquet: 50,000 one-row groups", verify("groups50k", one_group_per_row)),
+        ("the same packed", unpack("groups50k")),
+        ("archive: 2,000 chained pax x headers", chain(b"x")),
+        ("archive: 2,000 chained pax g headers", chain(b"g")),
+        ("archive: 2,000 chained GNU L headers", chain(b"L")),
+        ("a fifo listed in SHA256SUMS: bundle verify", fifo("bundle", "verify")),
+        ("the same: compare", fifo("compare")),
+        ("a folder compared holding a link to a bundle outside it", link_out),
+        ("stragglers.slowest_rank 'x': compare", slowest("x", rank0, "compare")),
+        ("stragglers.slowest_rank -1: report", slowest(-1, rank0, "report")),
+        ("stragglers.slowest_rank 0, per_rank empty: compare", slowest(0, [], "compare")),
+    ]
+
+
 def main() -> None:
-    """Run every case and print the record."""
-    print("# Hostile inputs (issue 39): command, exit code, output, peak memory, time")
+    """Run every case and print the record (with ``--issue60``: only :func:`reader_cases`)."""
+    issue60 = "--issue60" in sys.argv[1:]
+    print(f"# Hostile inputs (issue {60 if issue60 else 39}): command, exit code, output, "
+          "peak memory, time")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, python {sys.version.split()[0]}"
-          f", {os.cpu_count()} CPUs; generated by benchmarks/reliability/hostile_inputs.py\n")
+          f", {os.cpu_count()} CPUs; generated by benchmarks/reliability/hostile_inputs.py"
+          f"{' --issue60' if issue60 else ''}\n")
     with tempfile.TemporaryDirectory(prefix="hostile-") as name:
         tmp = Path(name)
-        for n, (what, make) in enumerate(cases(tmp), 1):
+        for n, (what, make) in enumerate((reader_cases if issue60 else cases)(tmp), 1):
             args = make()
             code, text, peak_mib, wall = run(args, tmp)
             command = " ".join(a if a.isprintable() and " " not in a else repr(a) for a in args)

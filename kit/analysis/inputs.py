@@ -66,6 +66,19 @@ def _held(path: Path) -> list[Path] | None:
     (None: a bundle, or not a folder, read as given)."""
     if not path.is_dir() or (path / "manifest.json").exists():
         return None
-    return [c for c in sorted(path.iterdir())
-            if c.is_dir() and not c.name.startswith(".")
+    children = [c for c in sorted(path.iterdir()) if not c.name.startswith(".")]
+    for child in children:
+        if child.is_symlink() and not _inside(path, child):
+            raise KitInputError(f"folder {path}: {child.name} is a link to a place outside the "
+                                "folder; not read (name what it points to to use it)")
+    return [c for c in children if c.is_dir()
             and ((c / "manifest.json").is_file() or read_sweep_folder(c) is not None)]
+
+
+def _inside(folder: Path, child: Path) -> bool:
+    """Whether ``child`` of ``folder``, links followed, stays inside it: a folder received
+    from another site must not make ``compare`` read elsewhere (as sweep.json paths may not)."""
+    try:
+        return child.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False

@@ -225,13 +225,20 @@ def straggler_summary(steps: list[RankStep], telemetry: pa.Table,
 def straggler_line(stragglers: dict[str, Any]) -> str:
     """One line for people, e.g. ``rank 1 (stage 0) slowest in 38 of 40 steps (95%, 2 ranks
     compared), lag median 0.21 s, p90 0.25 s (35% of the others' compute); GPU 71 C at 1755 MHz,
-    the others 65 C at 1980 MHz``; ``not measured: ...`` or ``n/a`` (an older bundle)."""
+    the others 65 C at 1980 MHz``; ``not measured: ...`` or ``n/a`` (an older bundle).
+
+    Raises:
+        ValueError: ``slowest_rank`` names no rank of ``per_rank`` (an edited bundle).
+    """
     if not stragglers:
         return "n/a (bundle written before the kit measured stragglers)"
     if stragglers.get("slowest_rank") is None:
         return f"not measured: {stragglers.get('reason')}"
     s = stragglers
-    per = next(p for p in s["per_rank"] if p["rank"] == s["slowest_rank"])
+    per = next((p for p in s["per_rank"] if p["rank"] == s["slowest_rank"]), None)
+    if per is None:  # an edited bundle: guard.bundle_input_errors makes this one error line
+        raise ValueError(f"stragglers.slowest_rank {s['slowest_rank']!r} names no rank of "
+                         "stragglers.per_rank")
     line = (f"rank {s['slowest_rank']} (stage {s['stage']}) slowest in {per['slowest_steps']} "
             f"of {per['steps']} steps ({s['slowest_frac'] * 100:.0f}%, {s['ranks_compared']} "
             f"ranks compared), lag median {s['lag_s_median']:.3g} s, p90 {s['lag_s_p90']:.3g} s "

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from kit.bundle.budget import check_table_budget, read_within_budget
+from kit.bundle.parquet_pages import DecodeCost, PagesLimit, read_footer
 from kit.bundle.schema import (
     EXPERTS_FILE,
     EXPERTS_SCHEMA,
@@ -170,16 +170,20 @@ _CORRUPT = (OSError, pa.ArrowException, ValueError, IndexError, OverflowError, M
 
 def _unreadable(root: Path, name: str, err: Exception) -> BundleError:
     why = (str(err).strip().splitlines() or [""])[0][:160]
+    if isinstance(err, PagesLimit):
+        return BundleError(f"bundle {root}: {name}: {why}; not read")
+    if isinstance(err, MemoryError):  # pyarrow.ArrowMemoryError is one
+        return BundleError(f"bundle {root}: {name}: out of memory decoding it ({why}); not read")
     return BundleError(f"bundle {root}: {name} is not readable parquet ({type(err).__name__}"
                        + (f": {why})" if why else ")"))
 
 
-def check_parquet(root: Path, name: str, expected: pa.Schema) -> pq.FileMetaData:
+def check_parquet(root: Path, name: str, expected: pa.Schema) -> DecodeCost:
     """Refuse ``root/name`` unless it is a parquet file whose schema equals ``expected`` and
-    whose footer keeps it within the read budget (:mod:`kit.bundle.budget`).
+    whose row groups and pages keep it within the read budget (:mod:`kit.bundle.budget`).
 
     Returns:
-        The file's footer.
+        What decoding the file takes.
 
     Raises:
         BundleError: The file is missing, unreadable, of another schema or over the budget.
@@ -188,7 +192,7 @@ def check_parquet(root: Path, name: str, expected: pa.Schema) -> pq.FileMetaData
     if not path.is_file():
         raise BundleError(f"bundle {root}: {name} is missing")
     try:
-        metadata = pq.read_metadata(path)
+        metadata = read_footer(path)
         found = metadata.schema.to_arrow_schema()
     except _CORRUPT as e:
         raise _unreadable(root, name, e) from None
@@ -198,10 +202,9 @@ def check_parquet(root: Path, name: str, expected: pa.Schema) -> pq.FileMetaData
             f"bundle {root}: {name} does not match schema v{SCHEMA_VERSION}: {problem}"
         )
     try:
-        check_table_budget(root, name, metadata, expected)
+        return check_table_budget(root, name, metadata, expected)
     except _CORRUPT as e:
         raise _unreadable(root, name, e) from None
-    return metadata
 
 
 def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
@@ -210,9 +213,9 @@ def read_table(root: Path, name: str, expected: pa.Schema) -> pa.Table:
     Raises:
         BundleError: The file is missing, unreadable, of another schema or over the budget.
     """
-    metadata = check_parquet(root, name, expected)
+    cost = check_parquet(root, name, expected)
     try:
-        return read_within_budget(root, name, metadata, expected)
+        return read_within_budget(root, name, cost, expected)
     except _CORRUPT as e:
         raise _unreadable(root, name, e) from None
 

@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,7 +66,8 @@ def bundle_files(root: Path, skip: Sequence[str] = ()) -> list[str]:
         skip: Top-level names (files or directories) left out.
 
     Raises:
-        BundleError: A symlink: bundles hold plain files only, so nothing points outside.
+        BundleError: A symlink, a fifo, a socket or a device file: bundles hold plain files
+            only, so nothing points outside and nothing blocks the reader that opens it.
     """
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -74,9 +76,12 @@ def bundle_files(root: Path, skip: Sequence[str] = ()) -> list[str]:
             dirnames[:] = [d for d in dirnames if d not in skip]
             filenames = [f for f in filenames if f not in skip]
         for name in dirnames + filenames:
+            rel = (base / name).relative_to(root).as_posix()
             if (base / name).is_symlink():
-                rel = (base / name).relative_to(root).as_posix()
                 raise BundleError(f"bundle {root}: symlink {rel} (bundles hold plain files only)")
+            if name in filenames and not stat.S_ISREG(os.lstat(base / name).st_mode):
+                raise BundleError(f"bundle {root}: {rel} is a special file (a fifo, socket or "
+                                  "device; bundles hold plain files only); not opened")
         files.extend((base / name).relative_to(root).as_posix() for name in filenames)
     return sorted(f for f in files if f != SUMS_NAME)
 
