@@ -88,7 +88,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     for warning in (plan.warning, shm_hint(container_record())):
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            click.echo(f"warning: {terminal_safe(warning)}", err=True)
 
     # from publication on, SIGINT/SIGTERM are ignored: a late stop request cannot cut the
     # result's last line (the bundle path) short or change the exit code
@@ -178,7 +178,7 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     chosen, why = job_runtime(plan.cfg, job, submitting=not dry_run)
     for warning in (plan.warning, why):
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            click.echo(f"warning: {terminal_safe(warning)}", err=True)
     script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     if dry_run:
         if as_json:

@@ -23,7 +23,7 @@ peak-to-mean ratio. A baseline that did not end ok is refused: its figures cover
 import hashlib
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +36,7 @@ from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
+from kit.neutralize import control_problem, neutral_data, terminal_safe
 from kit.project.file import is_projection_file, projected_bundle
 from kit.telemetry.fields import THROTTLE_BITS
 
@@ -229,6 +230,23 @@ def _checksums(bundle: Bundle) -> str | None:
     return hashlib.sha256(sums.read_bytes()).hexdigest()
 
 
+def shown_bundle(bundle: Bundle) -> Bundle:
+    """``bundle`` as compare and report lay it out: every string of its manifest and metrics
+    on one line, its control characters, line breaks and tabs written as escapes (a workload
+    name holding a line break would otherwise forge lines of a table or the checks).
+
+    Raises:
+        KitInputError: The bundle's directory name holds a control character.
+    """
+    problem = control_problem(bundle.path.name, "the bundle directory's name")
+    if problem:
+        raise KitInputError(f"bundle {terminal_safe(str(bundle.path))}: {problem}")
+    return replace(bundle, manifest=type(bundle.manifest).model_validate(
+                       neutral_data(bundle.manifest.model_dump(mode="json"))),
+                   metrics=type(bundle.metrics).model_validate(
+                       neutral_data(bundle.metrics.model_dump(mode="json"))))
+
+
 def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], list[Check]]:
     """Verify and read each bundle once, refusing one path given twice; a verified copy of a
     verified bundle already read (the same bundle id in another folder) is counted once, and
@@ -236,8 +254,8 @@ def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], 
     def read(index: int) -> Bundle | KitInputError:
         p = paths[index]
         try:
-            return (projected_bundle(p) if is_projection_file(p)
-                    else read_verified_bundle(p, allow_unverified))
+            return shown_bundle(projected_bundle(p) if is_projection_file(p)
+                                else read_verified_bundle(p, allow_unverified))
         except KitInputError as e:  # raised below, in the order the paths are given
             return e
 
@@ -282,7 +300,7 @@ def _find_baseline(bundles: list[Bundle], baseline: str | Path,
             f"unknown baseline {baseline}: give one of the compared bundles (its path or id) "
             "or another bundle directory"
         )
-    base = found or read_verified_bundle(baseline, allow_unverified)
+    base = found or shown_bundle(read_verified_bundle(baseline, allow_unverified))
     if base.manifest.status != "ok":
         raise KitInputError(
             f"baseline {base.path.name} ended {base.manifest.status}: its figures cover a "

@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from tabulate import tabulate
 
 import kit
 from kit.analysis import plots_cross, plots_experts, plots_run, plots_study
@@ -58,7 +57,7 @@ from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
 from kit.analysis.stragglers import straggler_line
 from kit.bundle.reader import Bundle
-from kit.neutralize import markdown_safe
+from kit.neutralize import markdown_safe, safe_table
 from kit.project.file import projection_facts
 
 
@@ -736,7 +735,8 @@ def render_markdown(report: Report, folder: str) -> str:
     ]
     titles = _panel_titles(report)
     for n, s in enumerate(report.sections, 1):
-        facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
+        facts = safe_table(s.facts, headers=("", ""), tablefmt="github",
+                           disable_numparse=True)
         if s.shared:
             parts += [f'<a id="{s.shared_id}"></a>\n\n### {s.shared_title}',
                       *(_md_figure(f, folder) for f in s.shared)]
