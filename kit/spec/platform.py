@@ -31,10 +31,13 @@ class DevicePosition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    device: int = Field(ge=0, description="Local device index (CUDA/HIP ordinal).")
+    device: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE,
+                        description="Local device index (CUDA/HIP ordinal).")
     slot: str = Field(description="Vendor's slot or package label, e.g. 'SXM3' or 'OAM1/GCD0'.")
-    row: int = Field(ge=0, description="Row in the chassis top view; 0 = front (cool air in).")
-    col: int = Field(ge=0, description="Column in the chassis top view; 0 = left.")
+    row: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE,
+                     description="Row in the chassis top view; 0 = front (cool air in).")
+    col: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE,
+                     description="Column in the chassis top view; 0 = left.")
 
 
 class PlatformSpec(BaseModel):
