@@ -622,7 +622,8 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
     from kit.analysis.compare import compare_bundles
     from kit.analysis.compare_format import render_comparison
 
-    out, err = render_comparison(compare_bundles(list(bundles), baseline, allow_unverified), fmt)
+    out, err = render_comparison(compare_bundles(list(bundles), baseline, allow_unverified,
+                                                 markdown=fmt == "markdown"), fmt)
     click.echo(out, nl=False)
     if err:
         click.echo(err, nl=False, err=True)

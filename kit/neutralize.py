@@ -78,15 +78,34 @@ def safe_table(rows: Iterable[Sequence[Any]], headers: Sequence[str] = (),
     return tabulate(cells, headers=list(headers), tablefmt=tablefmt, **kwargs)
 
 
-def neutral_data(value: Any) -> Any:
+_MARKDOWN_MARKS = re.compile(r"([\\`*\[\]~])")
+"""What makes Markdown of plain words: escapes, code, emphasis, links and images, strikes."""
+
+
+def markdown_text(text: str) -> str:
+    r"""``text`` as words in Markdown: ``\ ` * [ ] ~`` each escaped with a backslash.
+
+    ``&``, ``<`` and ``>`` are left to :func:`markdown_safe`, which escapes them in the whole
+    document; a ``|`` to :func:`safe_table`, since it only splits a table's cells.
+    """
+    return _MARKDOWN_MARKS.sub(r"\\\1", text)
+
+
+def neutral_data(value: Any, markdown: bool = False) -> Any:
     """JSON data (a bundle's manifest or metrics) with every string, keys included, passed
-    through :func:`terminal_safe`: what compare and report lay out is then one line each."""
+    through :func:`terminal_safe`: what compare and report lay out is then one line each.
+
+    Args:
+        value: The data.
+        markdown: Also pass every string value (not the keys, which the kit looks metrics up
+            by) through :func:`markdown_text`, for a Markdown output.
+    """
     if isinstance(value, str):
-        return terminal_safe(value)
+        return markdown_text(terminal_safe(value)) if markdown else terminal_safe(value)
     if isinstance(value, dict):
-        return {neutral_data(k): neutral_data(v) for k, v in value.items()}
+        return {terminal_safe(k): neutral_data(v, markdown) for k, v in value.items()}
     if isinstance(value, list):
-        return [neutral_data(v) for v in value]
+        return [neutral_data(v, markdown) for v in value]
     return value
 
 
@@ -101,9 +120,10 @@ _KIT_MARKDOWN_TAGS = re.compile(r'<br>|<a id="[\w.-]+"></a>')
 """The only HTML the kit's own Markdown holds: line breaks in table cells and anchors."""
 
 
-_MARKDOWN_LINK = re.compile(r"(!?)\[([^\]\n]*)\]\(([^)\n]*)\)")
-"""An inline link ``[text](target)`` or image ``![alt](target)`` (a target's own parentheses
-end it early: what is left of it is then text)."""
+_MARKDOWN_LINK = re.compile(r"(?<!\\)((?:\\\\)*)(!?)\[([^\]\n]*)\]\(([^)\n]*)\)")
+"""An inline link ``[text](target)`` or image ``![alt](target)`` whose ``[`` is not escaped
+(after an even number of backslashes); a target's own parentheses end it early: what is left
+of it is then text."""
 _MARKDOWN_DEFINITION = re.compile(r"^ {0,3}\[[^\]\n]+\]:[ \t]*(\S+).*$", re.MULTILINE)
 """A link reference definition, ``[id]: target``, which ``[text][id]`` links to."""
 _WEB = re.compile(r"https?://", re.IGNORECASE)
@@ -124,10 +144,10 @@ def _link_allowed(target: str, image: bool) -> bool:
 
 
 def _link(match: re.Match[str]) -> str:
-    image, text, raw = match.groups()
+    slashes, image, text, raw = match.groups()
     if _link_allowed(_target(raw), bool(image)):
         return match.group(0)
-    return "" if image else text
+    return slashes + ("" if image else text)
 
 
 def _definition(match: re.Match[str]) -> str:

@@ -29,7 +29,8 @@ ESCAPES = "\x1b]0;T\x07\x1b[2K\rok\u202e"
 """A window title, an erased line, a carriage return and a direction override."""
 FORGED = "\n  - none: forged\tline\n# heading"
 """A string's own lines: a comparability line, a tab, and a Markdown heading."""
-LINKS = " [x](javascript:alert(1)) ![](http://remote.example/p.png)"
+LINKS = " [x](javascript:alert(1)) ![](http://remote.example/p.png) **BOLD** `code`"
+"""A script link, a remote image (it tells the sender who read the page), emphasis and code."""
 
 
 def kit(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
@@ -68,6 +69,17 @@ def assert_neutral(text: str) -> None:
     assert not any(line.startswith(("  - none: forged", "# heading", "ok")) for line in lines)
 
 
+def assert_inert_markdown(text: str) -> None:
+    """Rendered as CommonMark (with tables), the strings make no link, image, emphasis, code
+    or heading of their own; the kit's own figures and anchors stay."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(text)
+    for made in ('href="javascript', "<img src=\"http", "<strong>BOLD", "<code>code",
+                 "<h1>heading", "\x1b"):
+        assert made not in html, made
+
+
 def _hostile_workload(folder: Path, name: str) -> Path:
     bundle = copy_bundle(folder)
     return edit_json(bundle, "manifest.json", lambda m: m["workload"].update(name=name))
@@ -85,8 +97,7 @@ def test_compare_keeps_a_hostile_workload_name_on_its_line(monkeypatch, capsys, 
         rows = list(csv.reader(io.StringIO(out)))
         assert {len(row) for row in rows} == {14}
     if fmt == "markdown":
-        assert "javascript:" not in out.replace("(javascript:alert(1)", "")  # text, no link
-        assert "](javascript" not in out and "remote.example" not in out
+        assert_inert_markdown(out)
 
 
 @pytest.mark.timeout(300)
@@ -98,7 +109,7 @@ def test_report_markdown_drops_remote_images_and_script_links(monkeypatch, capsy
     assert code == 0, err
     text = report.read_text()
     assert_neutral(text)
-    assert "](javascript" not in text and "remote.example" not in text
+    assert_inert_markdown(text)
     assert "](r_figures/" in text  # the report's own images stay
 
 

@@ -502,7 +502,7 @@ def _shared(first: int, chunk: tuple[int, int, list[FigureItem]] | None,
 
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
                  baseline: str | Path | None = None,
-                 lead: Sequence[LeadSection] = ()) -> Report:
+                 lead: Sequence[LeadSection] = (), markdown: bool = False) -> Report:
     """Verify and compare the bundles and draw every figure (once each, in parallel).
 
     Args:
@@ -510,11 +510,12 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         allow_unverified: Report bundles that fail verification (marked) instead of refusing.
         baseline: The bundle the comparison relates the others to (it must have ended ok).
         lead: Sections to put first, before the ranking (the study's Findings).
+        markdown: The report will be Markdown: the bundles' Markdown marks are escaped.
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
-    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified)
+    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified, markdown=markdown)
     views = _views([b for b in c.bundles if b.projection is None])
     scales = Scales.of(list(views.values()))
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
@@ -752,8 +753,8 @@ def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
     """Build the report on ``paths`` and write it to ``out``, its figures into
     ``<stem>_figures/`` beside it (inlined instead with ``single_file``, HTML only); return the
     files written, the report first."""
-    return write_built(build_report(paths, allow_unverified, baseline, lead), out, markdown,
-                       single_file)
+    return write_built(build_report(paths, allow_unverified, baseline, lead, markdown), out,
+                       markdown, single_file)
 
 
 def write_built(report: Report, out: Path, markdown: bool = False,
