@@ -34,8 +34,13 @@ LINKS = " [x](javascript:alert(1)) ![](http://remote.example/p.png) **BOLD** `co
 
 
 def kit(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``charllm-kit ARGS`` in this process: (exit code, stdout, stderr)."""
+    """Run ``charllm-kit ARGS`` in this process: (exit code, stdout, stderr).
+
+    ``sys.meta_path`` is restored afterwards: the CLI keeps pandas out of its process
+    (kit.arrow_pandas), which later tests in this one may need.
+    """
     monkeypatch.setattr(sys, "argv", ["charllm-kit", *args])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     capsys.readouterr()
     try:
         main()

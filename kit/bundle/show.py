@@ -117,10 +117,10 @@ def format_bundle(bundle: Bundle) -> str:
 
 def format_sweep_folder(sweep: SweepFolder) -> str:
     """Say that ``sweep`` is a sweep folder, what to do with it, and list its points."""
-    rows = [tuple(terminal_safe(str(v)) for v in (
-                p.id, p.status, sweep.path / p.bundle if p.bundle else p.reason or ""))
+    rows = [(p.id, p.status, str(sweep.path / p.bundle) if p.bundle else p.reason or "")
             for p in sweep.index.points]
-    return (f"{terminal_safe(sweep.describe())}, not a bundle: `charllm-kit bundle show` one of its bundles, "
-            "or give the folder to `compare` or `report`, where it stands for its bundles.\n\n"
+    return (f"{terminal_safe(sweep.describe())}, not a bundle: `charllm-kit bundle show` one "
+            "of its bundles, or give the folder to `compare` or `report`, where it stands for "
+            "its bundles.\n\n"
             + safe_table(rows, headers=("point", "status", "bundle (or reason)"),
                          disable_numparse=True))
