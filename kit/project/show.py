@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kit.analysis.compare_format import format_value
-from kit.neutralize import safe_table
+from kit.neutralize import safe_table, terminal_safe
 from kit.project.file import SUFFIX, ProjectionFile, memory_estimate_text, write_projection
 from kit.project.model import project
 from kit.project.request import ProjectionTarget
@@ -88,4 +88,4 @@ def projection_text(p: ProjectionFile) -> str:
                                          for i in p.inputs))
     parts.append("assumptions:\n" + "\n".join(f"  - {a}" for a in p.assumptions))
     parts += [f"note: {n}" for n in p.notes]
-    return "\n\n".join(parts)
+    return terminal_safe("\n\n".join(parts), keep_lines=True)  # it quotes bundles' words
