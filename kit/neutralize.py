@@ -2,9 +2,12 @@
 
 A bundle or YAML file may hold any text: terminal escape sequences (erase a line, set the window
 title, paint a false ``status ok``), line breaks that forge a line of a comment or a checksum
-list, spreadsheet formulas. These helpers either refuse such text where it names something
-(:func:`control_problem`) or escape it where it is only shown (:func:`terminal_safe`,
-:func:`csv_safe`).
+list, spreadsheet formulas, Markdown links and images. These helpers either refuse such text
+where it names something (:func:`control_problem`) or escape it where it is only shown: one
+line of a terminal (:func:`terminal_safe`), a table's cells (:func:`safe_table`), a bundle's
+data before compare and report lay it out (:func:`neutral_data`), a CSV cell (:func:`csv_safe`),
+a Markdown document (:func:`markdown_text` for a bundle's words, :func:`markdown_safe` for the
+whole).
 """
 
 import re
@@ -164,8 +167,8 @@ def markdown_safe(text: str) -> str:
     they are, so a ``<script>`` or ``<img onerror>`` in one would run where the Markdown is
     rendered, a ``[x](javascript:...)`` would run when clicked and a remote image would tell
     its sender who read the report; neutralizing the whole text once keeps every path of it
-    covered. (Line breaks inside bundle strings are escaped before they are laid out, by
-    :func:`neutral_data`, so none starts a heading or a list of its own.)
+    covered. (Line breaks and Markdown marks inside bundle strings are escaped before they are
+    laid out, by :func:`neutral_data`, so none starts a heading, a list, emphasis or code.)
     """
     text = terminal_safe(text, keep_lines=True)
     out, start = [], 0
