@@ -88,7 +88,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     for warning in (plan.warning, shm_hint(container_record())):
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            click.echo(f"warning: {terminal_safe(warning)}", err=True)
 
     # from publication on, SIGINT/SIGTERM are ignored: a late stop request cannot cut the
     # result's last line (the bundle path) short or change the exit code
@@ -179,7 +179,7 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     chosen, why = job_runtime(plan.cfg, job, submitting=not dry_run)
     for warning in (plan.warning, why):
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            click.echo(f"warning: {terminal_safe(warning)}", err=True)
     script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     if dry_run:
         if as_json:
@@ -629,7 +629,8 @@ def compare(bundles: tuple[Path, ...], baseline: str | None, fmt: str,
     from kit.analysis.compare import compare_bundles
     from kit.analysis.compare_format import render_comparison
 
-    out, err = render_comparison(compare_bundles(list(bundles), baseline, allow_unverified), fmt)
+    out, err = render_comparison(compare_bundles(list(bundles), baseline, allow_unverified,
+                                                 markdown=fmt == "markdown"), fmt)
     click.echo(out, nl=False)
     if err:
         click.echo(err, nl=False, err=True)

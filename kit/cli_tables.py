@@ -4,10 +4,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tabulate import tabulate
-
 from kit.analysis.flops import model_flops_per_step, params_count
 from kit.engines import engine_spec
+from kit.neutralize import safe_table, terminal_safe
 from kit.plan.memory import GIB, MemoryEstimate, fit_refusal, fit_warning
 from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
 from kit.spec.run import ParallelConfig, RunConfig
@@ -42,8 +41,8 @@ def workloads_table() -> str:
         moe = f"{w.num_experts}x top-{w.moe_top_k}" if w.is_moe else "-"
         rows.append([name, w.family, count_text(params_count(w)), w.num_layers,
                      w.hidden_size, f"{w.num_attention_heads}/{w.query_groups}", w.seq_length, moe])
-    return tabulate(rows, headers=["workload", "family", "params", "layers", "hidden",
-                                   "heads/groups", "seq", "MoE"])
+    return safe_table(rows, headers=["workload", "family", "params", "layers", "hidden",
+                                    "heads/groups", "seq", "MoE"])
 
 
 def _unused_fields(w: WorkloadSpec) -> set[str]:
@@ -64,7 +63,7 @@ def show_workload(name: str) -> str:
     rows.append(["parameters", f"{params_count(w):,}"])
     per_token = model_flops_per_step(w, 1) / w.seq_length
     rows.append(["model FLOPs per token (fwd+bwd)", f"{per_token:.4g}"])
-    return tabulate(rows, tablefmt="plain")
+    return safe_table(rows, tablefmt="plain")
 
 
 def platforms_table() -> str:
@@ -76,8 +75,8 @@ def platforms_table() -> str:
         rows.append([name, p.vendor, p.device_name, fmt(p.devices_per_node),
                      fmt(p.memory_per_device_gib, " GiB"), p.dtype, fmt(peak), p.comm_backend,
                      ",".join(p.telemetry)])
-    return tabulate(rows, headers=["platform", "vendor", "device", "per node", "memory", "dtype",
-                                   "peak TFLOP/s", "comm", "telemetry"])
+    return safe_table(rows, headers=["platform", "vendor", "device", "per node", "memory",
+                                    "dtype", "peak TFLOP/s", "comm", "telemetry"])
 
 
 def show_platform(name: str) -> str:
@@ -118,7 +117,7 @@ def resolved_summary(cfg: RunConfig) -> str:
                             for k, v in cfg.scaling.rule.set.items())
         rows.insert(1, ["scaled from", f"{cfg.scaling.original.name} ({changed}; "
                                        f"{cfg.scaling.rule.reason})"])
-    return tabulate(rows, tablefmt="plain")
+    return safe_table(rows, tablefmt="plain")
 
 
 def memory_table(est: MemoryEstimate) -> str:
@@ -132,17 +131,18 @@ def memory_table(est: MemoryEstimate) -> str:
         ["total per device", s.total_bytes],
     ]
     title = f"memory estimate, pipeline stage {s.stage} of {len(est.stages)}"
-    table = tabulate([[k, v / GIB] for k, v in rows], headers=[title, "GiB"], floatfmt=".2f")
+    table = safe_table([[k, v / GIB] for k, v in rows], headers=[title, "GiB"],
+                       floatfmt=".2f")
     if est.fits is None:
-        verdict = f"memory: no capacity declared ({est.capacity_source}); not checked"
+        verdict = [f"memory: no capacity declared ({est.capacity_source}); not checked"]
     elif est.fits:
-        verdict = (f"memory: fits {est.capacity_bytes / GIB:.1f} GiB {est.capacity_source} "
-                   f"(headroom {est.headroom_bytes / GIB:.1f} GiB)")
+        verdict = [f"memory: fits {est.capacity_bytes / GIB:.1f} GiB {est.capacity_source} "
+                   f"(headroom {est.headroom_bytes / GIB:.1f} GiB)"]
         warning = fit_warning(est)
-        verdict += f"\nwarning: {warning}" if warning else ""
+        verdict += [f"warning: {warning}"] if warning else []
     else:
-        verdict = f"memory: would not fit; run refuses it: {fit_refusal(est)}"
-    return f"{table}\n{verdict}"
+        verdict = [f"memory: would not fit; run refuses it: {fit_refusal(est)}"]
+    return "\n".join([table, *map(terminal_safe, verdict)])  # the source names the device
 
 
 def print_dry_run(cfg: RunConfig, as_json: bool, memory: MemoryEstimate | None = None) -> None:
@@ -181,7 +181,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     for label, key, unit in SUMMARY_ROWS:
         v = summary.get(key)
         rows.append([label, f"{v:.1%}" if key == "mfu" and v is not None else fmt(v, unit, 4)])
-    return tabulate(rows, tablefmt="simple", headers=["metric", "value"])
+    return safe_table(rows, tablefmt="simple", headers=["metric", "value"])
 
 
 def print_summary(result: "SessionResult") -> None:

@@ -6,6 +6,7 @@ The scripts are checked with ``bash -n`` and then run with stub ``srun``/``scont
 no marker file may appear, and srun must receive the hostile values intact.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,11 +60,14 @@ def test_hostile_names_values_and_paths_are_quoted_and_nothing_runs(tmp_path):
     w, p = _specs(specs, marker, HOSTILE, HOSTILE, {"NCCL_X": HOSTILE.format(m=marker)})
     cwd = tmp_path / HOSTILE.format(m="m").replace("/", "_")
     cwd.mkdir()
-    out = tmp_path / ("out " + HOSTILE.format(m=marker).replace("/", "_"))
+    # no backslash: Slurm drops those from --output and stops expanding it (refused, below)
+    out = tmp_path / ("out %u " + HOSTILE.format(m=marker).replace("/", "_").replace("\\", ""))
     r = _kit("submit", str(w), "--platform", str(p), "--container-runtime", "none",
              "--partition", "gpu,debug", "--account", "proj-1", "--time", "1-02:00",
              "--out", str(out), "--dry-run", cwd=cwd)
     assert r.returncode == 0, r.stderr
+    output = next(line for line in r.stdout.splitlines() if line.startswith("#SBATCH --output"))
+    assert "/out %%u " in output and output.endswith('/slurm-%j.out"')  # Slurm writes out %u/
     script = tmp_path / "job.sh"
     script.write_text(r.stdout)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
@@ -91,6 +95,7 @@ def test_hostile_names_values_and_paths_are_quoted_and_nothing_runs(tmp_path):
     ("w", "p", {}, ["--time", "abc"], "--time 'abc' is not a Slurm time limit"),
     ("w", "p", {}, ["--time", "1:00\ntouch {m}"], "is not a Slurm time limit"),
     ("w", "p", {}, ["--out", "o\ntouch {m}"], "#SBATCH value"),
+    ("w", "p", {}, ["--out", "o\\%j"], "holds a backslash, which stops Slurm"),
 ])
 @pytest.mark.timeout(120)
 def test_hostile_values_that_cannot_be_quoted_are_refused_in_one_line(
@@ -119,3 +124,64 @@ def test_a_working_directory_with_a_newline_is_refused(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: #SBATCH value"), r.stderr
     assert len(r.stderr.splitlines()) == 1
     shutil.rmtree(cwd)
+
+
+def _platform(folder: Path, name: str, image: str) -> Path:
+    platform = yaml.safe_load((REPO / "platforms/h100.yaml").read_text())
+    platform.update(name="site", container_image=image)
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(platform))
+    return path
+
+
+@pytest.mark.parametrize(("platform", "image", "options", "refusal"), [
+    ("site.yaml", "img:1,LD_PRELOAD=/x.so,INJ=1", ["--container-runtime", "pyxis"],
+     "platform site's container_image 'img:1,LD_PRELOAD=/x.so,INJ=1' holds ',', which "
+     "separates the elements of srun --export"),
+    ("site.yaml", "img:1,LD_PRELOAD=/x.so", ["--container-runtime", "apptainer"],
+     "holds ',', which separates the elements of apptainer --env"),
+    ("site.yaml", "img", ["--container-runtime", "apptainer", "--image", "--bind=/:/host"],
+     "--image '--bind=/:/host' starts with '-': the container runtime would take it for an "
+     "option"),
+    ("a,/:/host:rw,/site.yaml", "img", ["--container-runtime", "pyxis"],
+     "holds ',', which separates the elements of a container mount"),
+    ("a:b/site.yaml", "img", ["--container-runtime", "apptainer"],
+     "holds ':', which separates the elements of a container mount"),
+    ("site.yaml", "img", ["--container-runtime", "pyxis", "--out", "o,/:/host:rw"],
+     "--out '{tmp}/o,/:/host:rw' holds ','"),
+])
+@pytest.mark.timeout(120)
+def test_values_that_would_split_a_list_argument_are_refused_naming_the_field(
+        tmp_path, platform, image, options, refusal):
+    """Slurm splits --export, pyxis --container-mounts and apptainer --bind/--env at commas
+    (mounts at colons too): a value holding one would add a variable or a mount of its own."""
+    path = _platform(tmp_path, platform, image)
+    r = _kit("submit", "gpt3-tiny", "--global-batch", "16", "--platform", str(path), *options,
+             *(["--out", "out"] if "--out" not in options else []), "--dry-run", cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and refusal.format(tmp=tmp_path) in lines[0], r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_sweeps_yaml_paths_reach_the_job_absolute_and_are_checked(tmp_path):
+    """A sweep point's platform path is relative to where the sweep runs: the job gets it (and
+    its mount) absolute; a path holding ',/:/host:rw,' is refused, not mounted."""
+    good = _platform(tmp_path, "specs/site.yaml", "img")
+    bad = _platform(tmp_path, "a,/:/host:rw,/site.yaml", "img")
+    for platform, ok in (("specs/site.yaml", True), ("a,/:/host:rw,/site.yaml", False)):
+        sweep = tmp_path / "s.yaml"
+        sweep.write_text(yaml.safe_dump({
+            "name": "s", "base": {"workload": "gpt3-tiny", "global_batch_size": 16},
+            "axes": [{"points": [{"platform": platform}]}]}))
+        r = _kit("sweep", str(sweep), "--launcher", "slurm", "--container-runtime", "pyxis",
+                 "--dry-run", "--json", "--out", "out", cwd=tmp_path)
+        if ok:
+            assert r.returncode == 0, r.stderr
+            script = json.loads(r.stdout)["points"][0]["submit"]["script"]
+            assert f"--container-mounts={tmp_path}/out/s/001-platform-specs-site.yaml:" in script
+            assert f",{good}:{good}" in script and f" --platform {good} " in script
+        else:
+            assert r.returncode == 2, r.stderr
+            assert json.loads(r.stdout)["error"].startswith(f"platform '{bad}' holds ','")

@@ -23,7 +23,7 @@ peak-to-mean ratio. A baseline that did not end ok is refused: its figures cover
 import hashlib
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +36,7 @@ from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
+from kit.neutralize import control_problem, neutral_data, terminal_safe
 from kit.project.file import is_projection_file, projected_bundle
 from kit.telemetry.fields import THROTTLE_BITS
 
@@ -229,15 +230,34 @@ def _checksums(bundle: Bundle) -> str | None:
     return hashlib.sha256(sums.read_bytes()).hexdigest()
 
 
-def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], list[Check]]:
+def shown_bundle(bundle: Bundle, markdown: bool = False) -> Bundle:
+    """``bundle`` as compare and report lay it out: every string of its manifest and metrics
+    on one line, its control characters, line breaks and tabs written as escapes (a workload
+    name holding a line break would otherwise forge lines of a table or the checks); for a
+    Markdown output, its Markdown marks escaped too (:func:`kit.neutralize.markdown_text`).
+
+    Raises:
+        KitInputError: The bundle's directory name holds a control character.
+    """
+    problem = control_problem(bundle.path.name, "the bundle directory's name")
+    if problem:
+        raise KitInputError(f"bundle {terminal_safe(str(bundle.path))}: {problem}")
+    return replace(bundle, manifest=type(bundle.manifest).model_validate(
+                       neutral_data(bundle.manifest.model_dump(mode="json"), markdown)),
+                   metrics=type(bundle.metrics).model_validate(
+                       neutral_data(bundle.metrics.model_dump(mode="json"), markdown)))
+
+
+def _read_all(paths: list[Path], allow_unverified: bool,
+              markdown: bool) -> tuple[list[Bundle], list[Check]]:
     """Verify and read each bundle once, refusing one path given twice; a verified copy of a
     verified bundle already read (the same bundle id in another folder) is counted once, and
     said so in a ``duplicate`` check, since it is the same run and not a repeat."""
     def read(index: int) -> Bundle | KitInputError:
         p = paths[index]
         try:
-            return (projected_bundle(p) if is_projection_file(p)
-                    else read_verified_bundle(p, allow_unverified))
+            return shown_bundle(projected_bundle(p) if is_projection_file(p)
+                                else read_verified_bundle(p, allow_unverified), markdown)
         except KitInputError as e:  # raised below, in the order the paths are given
             return e
 
@@ -269,7 +289,7 @@ def _read_all(paths: list[Path], allow_unverified: bool) -> tuple[list[Bundle], 
 
 
 def _find_baseline(bundles: list[Bundle], baseline: str | Path,
-                   allow_unverified: bool) -> Bundle:
+                   allow_unverified: bool, markdown: bool) -> Bundle:
     """The compared bundle that ``baseline`` names (path or bundle id), else read it anew.
 
     Raises:
@@ -282,7 +302,7 @@ def _find_baseline(bundles: list[Bundle], baseline: str | Path,
             f"unknown baseline {baseline}: give one of the compared bundles (its path or id) "
             "or another bundle directory"
         )
-    base = found or read_verified_bundle(baseline, allow_unverified)
+    base = found or shown_bundle(read_verified_bundle(baseline, allow_unverified), markdown)
     if base.manifest.status != "ok":
         raise KitInputError(
             f"baseline {base.path.name} ended {base.manifest.status}: its figures cover a "
@@ -324,7 +344,7 @@ def _baseline_checks(groups: list[Group], index: int | None) -> list[Check]:
 
 
 def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
-                    allow_unverified: bool = False) -> Comparison:
+                    allow_unverified: bool = False, markdown: bool = False) -> Comparison:
     """Verify, read, group and aggregate bundles, and check what makes them hard to compare.
 
     Args:
@@ -334,6 +354,8 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
             related to; a bundle not in ``paths`` is added first. It must have ended ok.
         allow_unverified: Use bundles that fail verification (in groups of their own, flagged
             by an ``unverified`` check) instead of refusing them.
+        markdown: The comparison goes into Markdown: the bundles' strings have their Markdown
+            marks escaped (:func:`shown_bundle`).
 
     Raises:
         KitInputError: No bundles, a bundle given twice, an unknown or failed baseline, a
@@ -343,9 +365,9 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
     if not paths:
         raise KitInputError("no bundles to compare: give one or more bundle directories")
     inputs = expand_inputs(paths)
-    bundles, duplicates = _read_all(inputs.bundles, allow_unverified)
-    base = (_find_baseline(bundles, baseline, allow_unverified) if baseline is not None
-            else None)
+    bundles, duplicates = _read_all(inputs.bundles, allow_unverified, markdown)
+    base = (_find_baseline(bundles, baseline, allow_unverified, markdown)
+            if baseline is not None else None)
     if base is not None and all(base is not b for b in bundles):
         bundles.insert(0, base)
     by_key: dict[str, Group] = {}

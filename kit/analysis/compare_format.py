@@ -17,16 +17,15 @@ check.
 import csv
 import io
 import json
+import math
 from typing import Any, Literal
-
-from tabulate import tabulate
 
 from kit.analysis.comparability import Check
 from kit.analysis.compare import METRICS, Aggregate, Comparison, Group, MetricRow
 from kit.analysis.labels import layout_label, shared_phrase
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
 from kit.analysis.stragglers import straggler_line
-from kit.neutralize import csv_safe, markdown_safe, terminal_safe
+from kit.neutralize import csv_safe, markdown_safe, safe_table, terminal_safe
 
 Format = Literal["table", "markdown", "csv", "json"]
 NA = "n/a"
@@ -148,8 +147,8 @@ def metric_grids(c: Comparison, newline: str, tablefmt: str) -> list[str]:
     def render(cols: list[tuple[str, list[str]]], fmt: str, line_break: str) -> str:
         headers = ["metric"] + [h.replace("\n", line_break) for h, _ in cols]
         table = [[name, *(cells[r] for _, cells in cols)] for r, name in enumerate(names)]
-        return tabulate(table, headers=headers, tablefmt=fmt, disable_numparse=True,
-                        colalign=("left",) + ("right",) * len(cols))
+        return safe_table(table, headers=headers, tablefmt=fmt, disable_numparse=True,
+                          colalign=("left",) + ("right",) * len(cols))
 
     def width(cols: list[tuple[str, list[str]]]) -> int:
         """Characters the table takes as plain text (HTML markup is not what a reader sees)."""
@@ -192,7 +191,7 @@ def check_lines(checks: list[Check]) -> list[str]:
     if not checks:
         return ["none: same workload, platform, precision, batch, sequence length, telemetry "
                 "sources and schema; every run ended ok"]
-    return list(dict.fromkeys(f"[{c.kind}] {c.message}" for c in checks))
+    return list(dict.fromkeys(f"[{c.kind}] {terminal_safe(c.message)}" for c in checks))
 
 
 def _text(c: Comparison, markdown: bool) -> str:
@@ -265,6 +264,17 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
     }
 
 
+def finite(value: Any) -> Any:
+    """JSON data with every NaN or infinite float (a ratio of extreme values) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def _csv(c: Comparison) -> str:
     """Long form: one line per metric per group."""
     out = io.StringIO()
@@ -288,8 +298,8 @@ def render_comparison(c: Comparison, fmt: Format) -> tuple[str, str]:
 
     stderr carries the comparability checks for CSV only (the other formats include them).
     """
-    if fmt == "json":
-        return json.dumps(comparison_dict(c), indent=2) + "\n", ""
+    if fmt == "json":  # strict JSON: a value beyond a float's range is null, not Infinity
+        return json.dumps(finite(comparison_dict(c)), indent=2, allow_nan=False) + "\n", ""
     if fmt == "csv":
         checks = "".join(f"comparability: {line}\n" for line in check_lines(c.checks))
         return _csv(c), terminal_safe(checks, keep_lines=True)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.compute as pc
-from tabulate import tabulate
 
 from kit.analysis.comparability import power_source
 from kit.analysis.compare import Aggregate, Comparison, Group, figure_order, metric_value
 from kit.analysis.compare_format import NA, format_value
 from kit.bundle.reader import Bundle
 from kit.errors import BundleError
+from kit.neutralize import safe_table
 
 ENERGY_CHECK_LIMIT = 0.02
 """Largest disagreement between the energy counter, the power integral and Zeus shown
@@ -240,7 +240,7 @@ def ranking_text(c: Comparison, tablefmt: str = "simple") -> str:
     if len(set(workloads)) > 1:
         headers = ["workload", *headers]
         cells = [[w, *row] for w, row in zip(workloads, cells, strict=True)]
-    return tabulate(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return safe_table(cells, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
 def ranking_html(c: Comparison) -> str:

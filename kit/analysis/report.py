@@ -38,7 +38,6 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 from matplotlib.figure import Figure
-from tabulate import tabulate
 
 import kit
 from kit.analysis import plots_cross, plots_experts, plots_run, plots_study
@@ -62,7 +61,7 @@ from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
 from kit.analysis.stragglers import straggler_line
 from kit.bundle.reader import Bundle
-from kit.neutralize import markdown_safe
+from kit.neutralize import markdown_safe, safe_table
 from kit.project.file import projection_facts
 
 
@@ -555,7 +554,7 @@ def _shared(first: int, chunk: tuple[int, int, list[FigureItem]] | None,
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
                  baseline: str | Path | None = None,
                  lead: Sequence[LeadSection] = (), title: str = TITLE,
-                 opening: Opening | None = None) -> Report:
+                 opening: Opening | None = None, markdown: bool = False) -> Report:
     """Verify and compare the bundles and draw every figure (once each, in parallel).
 
     Args:
@@ -565,11 +564,12 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         lead: Sections to put first, before the ranking (the study's Findings).
         title: The report's heading.
         opening: What to say first, under the heading.
+        markdown: The report will be Markdown: the bundles' Markdown marks are escaped.
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
-    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified)
+    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified, markdown=markdown)
     views = _views([b for b in c.bundles if b.projection is None])
     scales = Scales.of(list(views.values()))
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
@@ -796,7 +796,8 @@ def render_markdown(report: Report, folder: str) -> str:
     ]
     titles = _panel_titles(report)
     for n, s in enumerate(report.sections, 1):
-        facts = tabulate(s.facts, headers=("", ""), tablefmt="github", disable_numparse=True)
+        facts = safe_table(s.facts, headers=("", ""), tablefmt="github",
+                           disable_numparse=True)
         if s.shared:
             parts += [f'<a id="{s.shared_id}"></a>\n\n### {s.shared_title}',
                       *(_md_figure(f, folder) for f in s.shared)]
@@ -813,8 +814,8 @@ def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
     """Build the report on ``paths`` and write it to ``out``, its figures into
     ``<stem>_figures/`` beside it (inlined instead with ``single_file``, HTML only); return the
     files written, the report first."""
-    return write_built(build_report(paths, allow_unverified, baseline, lead, title, opening),
-                       out, markdown, single_file)
+    return write_built(build_report(paths, allow_unverified, baseline, lead, title, opening,
+                                    markdown), out, markdown, single_file)
 
 
 def write_built(report: Report, out: Path, markdown: bool = False,

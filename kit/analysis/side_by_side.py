@@ -7,11 +7,10 @@ others contribute nothing, so these tables and figures only appear when some bun
 
 from typing import Any
 
-from tabulate import tabulate
-
 from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.bundle.reader import Bundle
 from kit.fabric.results import FabricResults, read_fabric
+from kit.neutralize import safe_table
 
 
 def profile_shares(bundles: list[Bundle]) -> list[dict[str, Any]]:
@@ -55,7 +54,7 @@ def side_by_side_text(bundles: list[Bundle], tablefmt: str = "simple") -> str:
                  f"{_pct(s['bubble_measured'])} / {_pct(s['bubble_analytical'])}"
                  if s["bubble_measured"] is not None else ""] for s in shares]
         parts.append("profiled time by category (share of the profiled steps; communication "
-                     "shares are exposed time):\n" + tabulate(
+                     "shares are exposed time):\n" + safe_table(
                          rows, headers=["bundle", "rank", "stage", "profiled s", *cats,
                                         "bubble measured / analytical"],
                          tablefmt=tablefmt, disable_numparse=True))
@@ -66,7 +65,7 @@ def side_by_side_text(bundles: list[Bundle], tablefmt: str = "simple") -> str:
         cols = [{(p.op, p.size_bytes): p.busbw_gbps for p in r.points} for _, r in curves]
         rows = [[op, size, *(f"{c[(op, size)]:.3f}" if (op, size) in c else "" for c in cols)]
                 for op, size in keys]
-        parts.append("fabric bus bandwidth, GB/s (nccl-tests' busbw):\n" + tabulate(
+        parts.append("fabric bus bandwidth, GB/s (nccl-tests' busbw):\n" + safe_table(
             rows, headers=["op", "size (B)", *(f"{b.path.name}\n{r.ranks} ranks {r.backend}"
                                                for b, r in curves)],
             tablefmt=tablefmt, disable_numparse=True))

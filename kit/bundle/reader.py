@@ -5,6 +5,7 @@ Reading checks the JSON files against their models; it does not check ``SHA256SU
 """
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -98,6 +99,15 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; one beyond a float's range (``1e400``) is not taken for
+    infinity, which no metric is and no JSON writer may print back."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond the range of a float")
+    return value
+
+
 JSON_MAX_DEPTH = 32
 """Deepest nesting of lists and objects in a bundle's JSON (the kit writes five levels)."""
 JSON_MAX_BYTES = 256 * 2**20
@@ -127,7 +137,8 @@ def _load_json(root: Path, name: str) -> dict[str, Any]:
     if path.stat().st_size > JSON_MAX_BYTES:
         raise BundleError(f"bundle {root}: {name} is over {JSON_MAX_BYTES} bytes; not read")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant,
+                          parse_float=_finite_float)
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError included
         raise BundleError(f"bundle {root}: {name} is not valid JSON ({e})") from None
     if not isinstance(data, dict):

@@ -6,13 +6,11 @@ refusing it for a missing ``manifest.json``.
 
 from typing import Any
 
-from tabulate import tabulate
-
 from kit.analysis.host import host_figures
 from kit.analysis.side_by_side import side_by_side_text
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS
-from kit.neutralize import terminal_safe
+from kit.neutralize import safe_table, terminal_safe
 from kit.sweep.folder import SweepFolder
 
 _FRACTIONS = frozenset({"mfu", "clock_sm_frac_of_max", "throttle_frac"})
@@ -76,7 +74,7 @@ def _stage_table(per_rank: list[dict[str, Any]]) -> str | None:
             *(_value(k, _mean([p[k] for p in phases if p.get(k) is not None])) for k in _PHASES),
             _value("mem", max(peaks) / _GIB if peaks else None),
         ])
-    table = tabulate(
+    table = safe_table(
         rows, headers=("stage", "ranks", *(k.removesuffix("_s") for k in _PHASES), "peak GiB"),
         disable_numparse=True, colalign=("right",) * (len(_PHASES) + 3),
     )
@@ -114,9 +112,9 @@ def format_bundle(bundle: Bundle) -> str:
                 for key, value in host_figures(bundle).items()]  # there is besides the steps)
     shown = [(key, terminal_safe(str(value))) for key, value in rows]  # a bundle's own words
     parts = [
-        tabulate(shown, tablefmt="plain", disable_numparse=True),
-        tabulate(metrics, headers=("metric", "value"), colalign=("left", "right"),
-                 disable_numparse=True),
+        safe_table(shown, tablefmt="plain", disable_numparse=True),
+        safe_table(metrics, headers=("metric", "value"), colalign=("left", "right"),
+                   disable_numparse=True),
     ]
     stages = _stage_table(bundle.metrics.per_rank)
     profile = side_by_side_text([bundle])  # a profiled run's breakdown and bubble, a fabric
@@ -125,10 +123,10 @@ def format_bundle(bundle: Bundle) -> str:
 
 def format_sweep_folder(sweep: SweepFolder) -> str:
     """Say that ``sweep`` is a sweep folder, what to do with it, and list its points."""
-    rows = [tuple(terminal_safe(str(v)) for v in (
-                p.id, p.status, sweep.path / p.bundle if p.bundle else p.reason or ""))
+    rows = [(p.id, p.status, str(sweep.path / p.bundle) if p.bundle else p.reason or "")
             for p in sweep.index.points]
-    return (f"{sweep.describe()}, not a bundle: `charllm-kit bundle show` one of its bundles, "
-            "or give the folder to `compare` or `report`, where it stands for its bundles.\n\n"
-            + tabulate(rows, headers=("point", "status", "bundle (or reason)"),
-                       disable_numparse=True))
+    return (f"{terminal_safe(sweep.describe())}, not a bundle: `charllm-kit bundle show` one "
+            "of its bundles, or give the folder to `compare` or `report`, where it stands for "
+            "its bundles.\n\n"
+            + safe_table(rows, headers=("point", "status", "bundle (or reason)"),
+                         disable_numparse=True))

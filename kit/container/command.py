@@ -19,12 +19,13 @@ same path inside, so the bundle path the run prints is right on both sides.
 
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kit.container import Runtime
 from kit.container.detect import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
 from kit.errors import KitInputError
+from kit.neutralize import control_problem
 from kit.spec.platform import PlatformSpec
 
 _BINARY = {"docker": "docker", "podman": "podman", "apptainer": "apptainer", "pyxis": "srun"}
@@ -43,6 +44,35 @@ def _devices(platform: PlatformSpec, runtime: Runtime) -> list[str]:
     return []
 
 
+def list_element(value: str, field: str, separators: str, argument: str) -> str:
+    """``value`` unchanged when it is one element of the list ``argument`` splits.
+
+    Slurm splits ``--export`` at commas, pyxis ``--container-mounts`` and Apptainer ``--bind``
+    and ``--env`` at commas and a mount at colons: a value holding one would add elements of
+    its own (``img,LD_PRELOAD=/x.so``, a path ``a,/:/host:rw``), so it is refused.
+
+    Raises:
+        KitInputError: ``value`` holds one of ``separators`` or a control character; the line
+            names ``field``.
+    """
+    problem = control_problem(value, field)
+    if problem:
+        raise KitInputError(problem)
+    found = next((c for c in value if c in separators), None)
+    if found is not None:
+        raise KitInputError(f"{field} {value!r} holds {found!r}, which separates the elements "
+                            f"of {argument}: it would add elements of its own")
+    return value
+
+
+def _not_an_option(value: str, field: str) -> str:
+    """``value`` unchanged unless the runtime would read it as an option (a leading ``-``)."""
+    if value.startswith("-"):
+        raise KitInputError(f"{field} {value!r} starts with '-': the container runtime would "
+                            "take it for an option, not an image")
+    return value
+
+
 def _apptainer_image(image: str) -> str:
     """A .sif file or a URI as given; a name is pulled from its registry (docker://)."""
     if "://" in image or image.endswith(".sif") or image.startswith(("/", ".")):
@@ -55,8 +85,9 @@ def container_command(
     runtime: Runtime,
     image: str,
     kit_args: Sequence[str],
-    binds: Sequence[Path],
+    binds: Mapping[str, Path],
     digest: str | None = None,
+    image_field: str = "--image",
 ) -> list[str]:
     """The argv that runs ``charllm-kit KIT_ARGS`` in ``image`` on this node.
 
@@ -65,28 +96,43 @@ def container_command(
         runtime: The container runtime.
         image: The image as the runtime takes it (name:tag; a .sif or .sqsh path).
         kit_args: The kit's arguments, e.g. ``["run", "gpt3-small", "--out", "/abs/results"]``.
-        binds: Absolute host paths bound at the same path inside (results, YAML files).
+        binds: Absolute host paths bound at the same path inside (results, YAML files), by the
+            option or field that named each (``--out``, ``workload``, ``platform``).
         digest: The image ID, when the runtime told it (:func:`image_digest`).
+        image_field: Where ``image`` came from, for a refusal (``--image``, a platform's
+            ``container_image``).
+
+    Raises:
+        KitInputError: An image or a path that would split the runtime's lists (a mount at
+            ``:`` or ``,``; Slurm's ``--export`` and Apptainer's ``--env`` at ``,``), or an
+            image starting with ``-``.
     """
+    _not_an_option(image, image_field)
+    for field, path in binds.items():  # every runtime's mount is SRC:DST; pyxis, apptainer: ,
+        list_element(str(path), field, ":," if runtime in ("pyxis", "apptainer") else ":",
+                     "a container mount (SRC:DST, listed with commas)")
+    if runtime in ("pyxis", "apptainer"):  # the image is also an element of the env list
+        list_element(image, image_field, ",", "srun --export" if runtime == "pyxis"
+                     else "apptainer --env")
     env = {RUNTIME_VAR: runtime, IMAGE_VAR: image, **({DIGEST_VAR: digest} if digest else {})}
     devices = _devices(platform, runtime)
     if runtime in ("docker", "podman"):
         argv = [runtime, "run", "--rm", "--network", "host", "--ipc", "host", *devices]
-        for path in binds:
+        for path in binds.values():
             argv += ["-v", f"{path}:{path}"]
         for key, value in env.items():
             argv += ["-e", f"{key}={value}"]
         return [*argv, image, *kit_args]  # the image's entrypoint is charllm-kit
     if runtime == "apptainer":
         argv = ["apptainer", "exec", *devices]
-        for path in binds:
+        for path in binds.values():
             argv += ["--bind", f"{path}:{path}"]
         for key, value in env.items():
             argv += ["--env", f"{key}={value}"]
         return [*argv, _apptainer_image(image), "charllm-kit", *kit_args]
     argv = ["srun", f"--container-image={image}"]
     if binds:
-        argv.append("--container-mounts=" + ",".join(f"{p}:{p}" for p in binds))
+        argv.append("--container-mounts=" + ",".join(f"{p}:{p}" for p in binds.values()))
     argv.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items()))
     return [*argv, "charllm-kit", *kit_args]  # pyxis does not run the image's entrypoint
 
@@ -155,6 +201,7 @@ def run_in_container(
             f"platform {spec.name} ({spec.device_name}) is not present on this host; use "
             "--dry-run to print its container command here, or --platform cpu"
         )
+    image_field = "--image" if image else f"platform {spec.name}'s container_image"
     image = image or spec.container_image
     if image is None:
         raise KitInputError(f"platform {spec.name} names no container_image; pass --image")
@@ -163,13 +210,15 @@ def run_in_container(
         raise KitInputError(f"{_BINARY[runtime]} is not installed here; pick another "
                             "--container-runtime (docker, podman, apptainer, pyxis)")
     out = out.absolute()
-    binds = [out]
+    binds = {"--out": out}
     if _is_yaml(workload):
         workload = str(Path(workload).absolute())
-        binds.append(Path(workload))
+        binds["workload"] = Path(workload)
     platform_arg = spec.name
     if platform and _is_yaml(platform):
         platform_arg = str(Path(platform).absolute())
-        binds.append(Path(platform_arg))
+        binds["--platform"] = Path(platform_arg)
     kit_args = ["run", workload, *run_args, "--platform", platform_arg, "--out", str(out)]
-    return container_command(spec, runtime, image, kit_args, binds, image_digest(runtime, image))
+    _not_an_option(image, image_field)  # before the runtime is asked about it
+    return container_command(spec, runtime, image, kit_args, binds,
+                             image_digest(runtime, image), image_field)

@@ -96,8 +96,24 @@ def sbatch_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def job_output(out: Path, job_id: str = "%j") -> Path:
-    """The job's stdout and stderr file (``%j``: Slurm's placeholder for the job id)."""
+def slurm_pattern(path: Path, field: str) -> str:
+    """``path`` as a Slurm file name pattern names it: each ``%`` doubled.
+
+    Slurm expands ``%j``, ``%u``, ``%x``... in ``--output``; a folder named ``%u`` would
+    otherwise become the user's name, and the kit would look for the job's output elsewhere.
+
+    Raises:
+        KitInputError: ``path`` holds a backslash, which turns Slurm's expansion off (the
+            job's own ``%j`` with it).
+    """
+    if "\\" in str(path):
+        raise KitInputError(f"{field} {str(path)!r} holds a backslash, which stops Slurm from "
+                            "naming the job's output by its id")
+    return str(path).replace("%", "%%")
+
+
+def job_output(out: Path, job_id: str) -> Path:
+    """The file Slurm writes job ``job_id``'s stdout and stderr into."""
     return out.absolute() / f"slurm-{job_id}.out"
 
 
@@ -181,8 +197,11 @@ def _agent_command(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
     if image is None:
         raise KitInputError(f"platform {cfg.platform.name} names no container_image; pass "
                             "--image, or --container-runtime none")
-    binds = [out, *(Path(v) for v in (req.workload, req.platform) if _is_yaml(v))]
-    argv = container_command(cfg.platform, runtime, image, run_args, binds)
+    image_field = "--image" if job.image else f"platform {cfg.platform.name}'s container_image"
+    binds = {"--out": out, **{f: Path(v) for f in ("workload", "platform")
+                              if _is_yaml(v := getattr(req, f))}}
+    argv = container_command(cfg.platform, runtime, image, run_args, binds,
+                             image_field=image_field)
     if runtime == "pyxis":  # container_command's own srun, with the node agents' placement
         return [*srun_agents(cfg.nodes), *argv[1:]]
     return [*srun_agents(cfg.nodes), *argv]
@@ -196,7 +215,8 @@ def _sbatch_lines(cfg: RunConfig, out: Path, job: JobOptions) -> list[str]:
         flags.append(("gpus-per-node", cfg.devices_per_node))
     flags += [("exclusive", None), ("time", job.time)]
     flags += [(k, v) for k, v in (("partition", job.partition), ("account", job.account)) if v]
-    flags += [("output", job_output(out)), ("chdir", os.getcwd())]
+    flags += [("output", slurm_pattern(out.absolute(), "--out") + "/slurm-%j.out"),
+              ("chdir", os.getcwd())]
     return [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_value(str(v))}"
             for k, v in flags]
 
@@ -231,15 +251,17 @@ def sbatch_script(cfg: RunConfig, req: RunRequest, out: Path, job: JobOptions,
 
     Args:
         cfg: The run, resolved with ``launcher: slurm``.
-        req: What the user asked for, file paths absolute (:func:`absolute_files`).
+        req: What the user asked for; its YAML paths are made absolute (:func:`absolute_files`).
         out: The folder every node mounts that receives the bundle and the job's output.
         job: Partition, account, time limit, container.
         force: Run even where the memory estimate predicts the run will not fit.
 
     Raises:
-        KitInputError: A container without an image.
+        KitInputError: A container without an image; a value that would split a list argument
+            of srun or the container runtime (:func:`kit.container.command.list_element`).
     """
     out = out.absolute()
+    req = absolute_files(req)  # the nodes' paths, and their mounts' (a sweep's are relative)
     p = cfg.parallel
     lines = ["#!/bin/bash",
              f"# charllm-kit submit: {terminal_safe(cfg.workload.name)} on "

@@ -4,9 +4,8 @@ import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tabulate import tabulate
-
 from kit.analysis.compare_format import format_value
+from kit.neutralize import safe_table, terminal_safe
 from kit.project.file import SUFFIX, ProjectionFile, memory_estimate_text, write_projection
 from kit.project.model import project
 from kit.project.request import ProjectionTarget
@@ -59,7 +58,7 @@ def projection_text(p: ProjectionFile) -> str:
              ("memory per device (estimate)", memory_estimate_text(p)),
              ("world size", str(p.summary["world_size"]))]
     parts = ["PROJECTED (a model's figures, not a measurement): point [low..high]",
-             tabulate(rows, headers=("figure", "projected"), disable_numparse=True)]
+             safe_table(rows, headers=("figure", "projected"), disable_numparse=True)]
     step = p.step
     bubble = step["bubble_frac_analytical"]
     if "bound" in step:
@@ -71,7 +70,7 @@ def projection_text(p: ProjectionFile) -> str:
                  + (f"; pipeline bubble {step['bubble_s']:.4g} s (analytical fraction "
                     f"{bubble * 100:.1f}%)" if bubble is not None else "")
                  + _host_text(step))
-    parts.append(tabulate(
+    parts.append(safe_table(
         [(s.stage, f"{s.compute_s:.4g}", f"{s.idle_s[1]:.4g}", f"{s.blocking_comm_s[1]:.4g}",
           f"{s.micro_batch_s[1]:.4g}", f"{s.optimizer_s:.4g}", f"{s.tail_s[1]:.4g}")
          for s in p.stages],
@@ -80,13 +79,13 @@ def projection_text(p: ProjectionFile) -> str:
     top = sorted(p.collectives, key=lambda c: -c.exposed_s[1])[:_TOP_COLLECTIVES]
     if top:
         parts.append("collectives with the most exposed time (per micro-batch or per step):\n"
-                     + tabulate([(c.stage, c.what, c.group, f"{c.group_size} ({c.nodes} node"
-                                  f"{'s' if c.nodes > 1 else ''})", c.size_bytes, c.calls,
-                                  c.scope, f"{c.exposed_s[1]:.4g}") for c in top],
+                     + safe_table([(c.stage, c.what, c.group, f"{c.group_size} ({c.nodes} node"
+                                   f"{'s' if c.nodes > 1 else ''})", c.size_bytes, c.calls,
+                                   c.scope, f"{c.exposed_s[1]:.4g}") for c in top],
                                 headers=("stage", "collective", "group", "ranks", "bytes",
                                          "calls", "per", "exposed s"), disable_numparse=True))
     parts.append("inputs:\n" + "\n".join(f"  {i.role}: {i.bundle} ({i.what})"
                                          for i in p.inputs))
     parts.append("assumptions:\n" + "\n".join(f"  - {a}" for a in p.assumptions))
     parts += [f"note: {n}" for n in p.notes]
-    return "\n\n".join(parts)
+    return terminal_safe("\n\n".join(parts), keep_lines=True)  # it quotes bundles' words

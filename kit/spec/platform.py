@@ -4,6 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kit.spec.bounds import MAX_DEVICES_PER_NODE, MAX_GIB, MAX_RATE
 from kit.spec.workload import PlainText, ScalingRule
 
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -15,12 +16,13 @@ Dtype = Literal["fp32", "bf16", "fp16"]
 class Interconnect(BaseModel):
     """One link type, e.g. NVLink 4 inside a node or InfiniBand NDR between nodes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(description="Link name, e.g. 'NVLink 4'.")
     scope: Literal["intra_node", "inter_node", "host"] = Field(description="What it connects.")
     bandwidth_gbps: float = Field(
-        gt=0, description="Unidirectional GB/s (gigabytes) per device, as the vendor states it."
+        gt=0, le=MAX_RATE,
+        description="Unidirectional GB/s (gigabytes) per device, as the vendor states it."
     )
 
 
@@ -29,16 +31,19 @@ class DevicePosition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    device: int = Field(ge=0, description="Local device index (CUDA/HIP ordinal).")
+    device: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE,
+                        description="Local device index (CUDA/HIP ordinal).")
     slot: str = Field(description="Vendor's slot or package label, e.g. 'SXM3' or 'OAM1/GCD0'.")
-    row: int = Field(ge=0, description="Row in the chassis top view; 0 = front (cool air in).")
-    col: int = Field(ge=0, description="Column in the chassis top view; 0 = left.")
+    row: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE,
+                     description="Row in the chassis top view; 0 = front (cool air in).")
+    col: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE,
+                     description="Column in the chassis top view; 0 = left.")
 
 
 class PlatformSpec(BaseModel):
     """One platform: a node type with its devices, peaks, links and telemetry sources."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: PlainText = Field(description="Unique name, equal to the YAML file's stem.")
     vendor: Literal["nvidia", "amd", "cpu"] = Field(description="Device vendor.")
@@ -49,21 +54,25 @@ class PlatformSpec(BaseModel):
         description="Substrings of the driver-reported device name that identify this platform.",
     )
     devices_per_node: int | None = Field(
-        None, gt=0, description="Accelerators per node; null on cpu (ranks are processes)."
+        None, gt=0, le=MAX_DEVICES_PER_NODE,
+        description="Accelerators per node; null on cpu (ranks are processes)."
     )
     memory_per_device_gib: float | None = Field(
-        None, gt=0, description="Device memory in GiB; null on cpu (host memory is shared)."
+        None, gt=0, le=MAX_GIB,
+        description="Device memory in GiB; null on cpu (host memory is shared)."
     )
-    peak_tflops: dict[Dtype, float] = Field(
+    peak_tflops: dict[Dtype, Annotated[float, Field(gt=0, le=MAX_RATE)]] = Field(
         default_factory=dict,
         description="Dense peak TFLOP/s per device and dtype; MFU is null for a dtype not listed.",
     )
     dtype: Dtype = Field(description="Training dtype on this platform.")
     memory_bandwidth_gbps: float | None = Field(
-        None, gt=0, description="Device memory bandwidth, GB/s, as the datasheet states it "
+        None, gt=0, le=MAX_RATE,
+        description="Device memory bandwidth, GB/s, as the datasheet states it "
         "(projection across GPU kinds scales memory-bound kernels by its ratio).")
     tdp_w: float | None = Field(
-        None, gt=0, description="Device power limit (TDP), W, as the datasheet states it "
+        None, gt=0, le=MAX_RATE,
+        description="Device power limit (TDP), W, as the datasheet states it "
         "(projection across GPU kinds scales the measured phase powers by its ratio).")
     interconnects: list[Interconnect] = Field(default_factory=list)
     comm_backend: Literal["gloo", "nccl", "rccl"] = Field(
@@ -84,11 +93,13 @@ class PlatformSpec(BaseModel):
         "relative to the kit home); required when `telemetry` lists replay.",
     )
     rank_overhead_gib: float = Field(
-        2.0, ge=0, description="Memory a rank needs beyond the tensors the model allocates, "
+        2.0, ge=0, le=MAX_GIB,
+        description="Memory a rank needs beyond the tensors the model allocates, "
         "GiB: device context, loaded kernels, communicator buffers, allocator fragmentation "
         "(on cpu: the rank process itself).")
     multi_rank_margin_gib: float = Field(
-        0.0, ge=0, description="How much more than the memory estimate a device of a multi-rank "
+        0.0, ge=0, le=MAX_GIB,
+        description="How much more than the memory estimate a device of a multi-rank "
         "run was seen to need, against memory_per_device_gib, GiB: the collective library's "
         "communicator buffers beyond rank_overhead_gib (NCCL's grow with the communicators a "
         "layout opens), usable memory below the nominal, the estimate's own error. Not part of "

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
 from kit.measure_window import default_min_measured_s
+from kit.spec.bounds import MAX_BATCH, MAX_RANKS, MAX_SECONDS, MAX_STEPS
 from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
@@ -32,7 +33,7 @@ class RunRequest(BaseModel):
     :class:`~kit.engines.registry.EngineSpec` and refused for the others.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     workload: str = Field(description="Workload name (workloads/) or a workload YAML file.")
     platform: str | None = Field(
@@ -45,24 +46,29 @@ class RunRequest(BaseModel):
         "command on every node with --node-rank and --rdzv-endpoint), slurm (inside an "
         "allocation: one node agent per node through srun). See docs/multi-node.md.")
     nodes: int = Field(
-        1, gt=0, description="Nodes; more than one needs --launcher torchrun or slurm.")
+        1, gt=0, le=MAX_RANKS,
+        description="Nodes; more than one needs --launcher torchrun or slurm.")
     node_rank: int | None = Field(
-        None, ge=0, description="torchrun: this node's index, 0 .. nodes-1 (node 0 hosts the "
+        None, ge=0, le=MAX_RANKS,
+        description="torchrun: this node's index, 0 .. nodes-1 (node 0 hosts the "
         "rendezvous and publishes the bundle).")
     rdzv_endpoint: str | None = Field(
         None, description="torchrun: HOST:PORT of node 0's rendezvous store, the same on "
         "every node.")
     rdzv_timeout: int = Field(
-        300, gt=0, description="Seconds every node may take to join the rendezvous (and to "
+        300, gt=0, le=MAX_SECONDS,
+        description="Seconds every node may take to join the rendezvous (and to "
         "report at the end) before the run stops with an error naming the missing node.")
-    tp: int = Field(1, gt=0, description="Tensor-parallel degree.")
-    pp: int = Field(1, gt=0, description="Pipeline-parallel degree (stages).")
+    tp: int = Field(1, gt=0, le=MAX_RANKS, description="Tensor-parallel degree.")
+    pp: int = Field(1, gt=0, le=MAX_RANKS, description="Pipeline-parallel degree (stages).")
     dp: int | None = Field(
-        None, gt=0, description="Data-parallel degree (default: what fills the devices).")
-    cp: int = Field(1, gt=0, description="Context-parallel degree.")
-    ep: int = Field(1, gt=0, description="Expert-parallel degree (MoE workloads).")
+        None, gt=0, le=MAX_RANKS,
+        description="Data-parallel degree (default: what fills the devices).")
+    cp: int = Field(1, gt=0, le=MAX_RANKS, description="Context-parallel degree.")
+    ep: int = Field(1, gt=0, le=MAX_RANKS, description="Expert-parallel degree (MoE workloads).")
     vpp: int | None = Field(
-        None, gt=0, description="Virtual pipeline stages per pipeline rank (default: off).")
+        None, gt=0, le=MAX_RANKS,
+        description="Virtual pipeline stages per pipeline rank (default: off).")
     sp: bool = Field(False, description="Sequence parallelism (needs --tp > 1).")
     moe_dispatcher: Literal["alltoall", "allgather"] = Field(
         "alltoall", description="MoE token dispatcher.")
@@ -71,10 +77,11 @@ class RunRequest(BaseModel):
         "reference study's 1.0), or none for dropless routing (default: the workload's).",
         json_schema_extra={"cli": "--moe-capacity"})
     micro_batch_size: int | None = Field(
-        None, gt=0, description="Samples per micro-batch (default: the workload's).",
+        None, gt=0, le=MAX_BATCH, description="Samples per micro-batch (default: the workload's).",
         json_schema_extra={"cli": "--micro-batch"})
     global_batch_size: int | None = Field(
-        None, gt=0, description="Samples per optimizer step (default: the workload's).",
+        None, gt=0, le=MAX_BATCH,
+        description="Samples per optimizer step (default: the workload's).",
         json_schema_extra={"cli": "--global-batch"})
     recompute: Recompute = Field("none", description="Activation recomputation granularity.")
     recompute_method: RecomputeMethod = Field(
@@ -91,9 +98,11 @@ class RunRequest(BaseModel):
     steps: int = Field(20, gt=0, le=MAX_STEPS, description="Measured steps.")
     warmup: int = Field(3, ge=0, le=MAX_STEPS, description="Unmeasured steps first.")
     telemetry_interval_ms: int = Field(
-        20, ge=0, description="Telemetry sampling period in ms; 0 turns telemetry off.")
+        20, ge=0, le=MAX_SECONDS * 1000,
+        description="Telemetry sampling period in ms; 0 turns telemetry off.")
     min_measured_s: float | None = Field(
-        None, ge=0, description="Least seconds of measured steps: a run whose --steps end "
+        None, ge=0, le=MAX_SECONDS,
+        description="Least seconds of measured steps: a run whose --steps end "
         "sooner runs more measured steps until then (saying so), at most 20 x --steps, so its "
         "power peaks and energy rest on enough samples (docs/metrics.md). Default: 100 "
         "telemetry periods or 4 s, whichever is longer, where devices are sampled; 0 on a "
@@ -115,7 +124,8 @@ class RunRequest(BaseModel):
         False, description="With the Kineto trace, record PyTorch's execution trace of the "
         "profiled steps and, when MLCommons Chakra is installed, link and convert both into "
         "Chakra ETs in the bundle (profile/chakra/). Implies --profile.")
-    seed: int = Field(1234, description="Seed for weights and synthetic tokens.")
+    seed: int = Field(1234, ge=0, le=2**32 - 1,
+                      description="Seed for weights and synthetic tokens.")
     speed: str | None = Field(
         None, description="GPU speed features, comma-separated, or none (default: those "
         "measured to pay on the platform). megatron: fusions, wgrad_fusion, cross_entropy, "
@@ -125,7 +135,8 @@ class RunRequest(BaseModel):
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "
         "sync and optimizer (off: measure the step without the timers' synchronizations).")
     stall_timeout_s: float | None = Field(
-        None, ge=0, description="End the run as failed, naming the ranks that stopped, when no "
+        None, ge=0, le=MAX_SECONDS,
+        description="End the run as failed, naming the ranks that stopped, when no "
         "rank finishes a step for this many seconds (after each rank's first step; before it "
         "900 s, or this when larger). Default: 20 x the median step, at least 120 s; 0 = off.")
 

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from kit.neutralize import refuse_control
+from kit.spec.bounds import MAX_BATCH, MAX_LAYERS, MAX_WIDTH
 
 PlainText = Annotated[str, AfterValidator(refuse_control)]
 """A name or value that lands in comments, job names and scripts: no line breaks or escapes."""
@@ -18,30 +19,35 @@ class WorkloadSpec(BaseModel):
     argument, so the same spec drives every engine.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: PlainText = Field(description="Unique name, equal to the YAML file's stem.")
     family: Literal["gpt3", "llama3", "mixtral"] = Field(description="Model family.")
     description: str = Field("", description="One line for `workloads list`.")
-    num_layers: int = Field(gt=0, description="Transformer layers.")
-    hidden_size: int = Field(gt=0, description="Model width.")
-    num_attention_heads: int = Field(gt=0, description="Query heads.")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer layers.")
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model width.")
+    num_attention_heads: int = Field(gt=0, le=MAX_WIDTH, description="Query heads.")
     num_query_groups: int | None = Field(
-        None, gt=0, description="Key/value heads (grouped-query attention); null = one per head."
+        None, gt=0, le=MAX_WIDTH,
+        description="Key/value heads (grouped-query attention); null = one per head."
     )
-    ffn_hidden_size: int = Field(gt=0, description="MLP inner width (per expert for MoE).")
-    seq_length: int = Field(gt=0, description="Tokens per sample.")
-    vocab_size: int = Field(gt=0, description="Vocabulary size (before padding).")
+    ffn_hidden_size: int = Field(gt=0, le=MAX_WIDTH,
+                                 description="MLP inner width (per expert for MoE).")
+    seq_length: int = Field(gt=0, le=MAX_WIDTH, description="Tokens per sample.")
+    vocab_size: int = Field(gt=0, le=MAX_WIDTH, description="Vocabulary size (before padding).")
     activation: Literal["gelu", "swiglu"] = Field(description="MLP activation; swiglu is gated.")
     normalization: Literal["layernorm", "rmsnorm"] = Field(description="Norm layer type.")
     position_embedding: Literal["learned_absolute", "rope"] = Field(
         description="Position encoding."
     )
-    rope_theta: float = Field(10000.0, gt=0, description="RoPE base; ignored without rope.")
+    rope_theta: float = Field(10000.0, gt=0, le=1e12,
+                              description="RoPE base; ignored without rope.")
     add_bias_linear: bool = Field(True, description="Bias in linear layers (GPT-3 yes, Llama no).")
     tie_embeddings: bool = Field(True, description="Share input embedding and output weights.")
-    num_experts: int | None = Field(None, gt=1, description="MoE experts per layer; null = dense.")
-    moe_top_k: int = Field(2, gt=0, description="Experts each token is routed to (MoE only).")
+    num_experts: int | None = Field(None, gt=1, le=MAX_WIDTH,
+                                    description="MoE experts per layer; null = dense.")
+    moe_top_k: int = Field(2, gt=0, le=MAX_WIDTH,
+                           description="Experts each token is routed to (MoE only).")
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=64, description="Expert capacity as a multiple of an even share of the "
         "routed tokens (megatron-core's moe_expert_capacity_factor); tokens routed beyond it "
@@ -51,8 +57,10 @@ class WorkloadSpec(BaseModel):
         False, description="Pad every expert's input to its capacity (needs "
         "moe_capacity_factor): the step's shapes no longer depend on the routing, so it can "
         "be one CUDA graph. The reference study trained Mixtral at capacity 1.0, padded.")
-    micro_batch_size: int = Field(1, gt=0, description="Default samples per micro-batch per rank.")
-    global_batch_size: int = Field(gt=0, description="Default samples per optimizer step.")
+    micro_batch_size: int = Field(1, gt=0, le=MAX_BATCH,
+                                  description="Default samples per micro-batch per rank.")
+    global_batch_size: int = Field(gt=0, le=MAX_BATCH,
+                                   description="Default samples per optimizer step.")
 
     @property
     def query_groups(self) -> int:
@@ -99,7 +107,8 @@ class ScalingRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     reason: str = Field(description="Why the original does not run here, e.g. memory per device.")
-    set: dict[str, int] = Field(description="Architecture fields to override, e.g. num_layers.")
+    set: dict[str, Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = Field(
+        description="Architecture fields to override, e.g. num_layers.")
 
 
 class ScalingRecord(BaseModel):

@@ -18,6 +18,7 @@ from kit.bundle.verify import verify_bundle
 from kit.errors import BundleError, KitInputError
 from kit.launch.sbatch import JobOptions
 from kit.launch.session import run_session
+from kit.neutralize import terminal_safe
 from kit.sweep.index import INDEX_FILE, PointRecord, SweepIndex, summary_subset, write_index
 from kit.sweep.jobs import follow_point, running_jobs, slurm_sweep, submit_point
 from kit.sweep.plan import PlannedPoint, plan_sweep
@@ -43,7 +44,7 @@ class SweepOutcome:
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(terminal_safe(line), file=sys.stderr, flush=True)  # reasons quote the sweep file
 
 
 def _bundles_in(point_dir: Path) -> list[Path]:

@@ -9,6 +9,7 @@ bounds (``tp: [1, 3, "two"]`` refuses the file rather than skip a point); a fiel
 import ast
 import functools
 import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from kit.spec.bounds import MAX_SWEEP_POINTS
 from kit.spec.loader import load_yaml_model
 from kit.spec.resolve import RunRequest
 from kit.sweep.conditions import evaluate_condition, parse_condition
@@ -98,6 +100,15 @@ class Axis(BaseModel):
     def _form(self, name: str) -> Any:
         return {"zip": self.zip_, "product": self.product, "points": self.points}[name]
 
+    def count(self) -> int:
+        """How many alternatives this axis has, without listing them."""
+        if self.points is not None:
+            return len(self.points)
+        if self.zip_ is not None:
+            return len(next(iter(self.zip_.values())))
+        assert self.product is not None
+        return math.prod(len(v) for v in self.product.values())
+
     def alternatives(self) -> list[dict[str, Any]]:
         """The field values of each alternative of this axis, in file order."""
         if self.points is not None:
@@ -168,6 +179,10 @@ class SweepSpec(BaseModel):
     @model_validator(mode="after")
     def _check_base(self) -> "SweepSpec":
         _check_fields(self.base, "base")  # its values: checked as one request (kit.sweep.plan)
+        points = math.prod(axis.count() for axis in self.axes)
+        if points > MAX_SWEEP_POINTS:  # 8 axes of 10 values are 10**8 points, in a few lines
+            raise ValueError(f"the axes make {points:,} points, more than the "
+                             f"{MAX_SWEEP_POINTS:,} a sweep may have; split it into sweeps")
         return self
 
     def points(self) -> list[dict[str, Any]]:

@@ -4,9 +4,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from kit.cli_tables import fmt
+from kit.neutralize import safe_table
 from kit.plan.memory import GIB
 from kit.sweep.index import SweepIndex
 from kit.sweep.plan import PlannedPoint
@@ -67,7 +66,7 @@ def plan_table(plan: list[PlannedPoint], jobs: dict[str, PlannedJob] | None = No
         headers.insert(3, "submit (Slurm job -> folder)")
         widths.insert(3, None)
     valid = sum(p.valid for p in plan)
-    table = tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=widths)
+    table = safe_table(rows, headers=headers, tablefmt="simple", maxcolwidths=widths)
     done = (f" ({sum(v != 'to run' for v in resume.values())} done, kept by --resume)"
             if kept is not None else "")
     return f"{table}\n{len(plan)} points: {valid} valid{done}, {len(plan) - valid} skipped"
@@ -108,7 +107,7 @@ def summary_table(index: SweepIndex) -> str:
             fmt(s.get("tokens_per_s"), "", 4), "n/a" if mfu is None else f"{mfu:.1%}",
             fmt(s.get("energy_j_per_token"), " J", 4), p.bundle or (p.reason or ""),
         ])
-    return tabulate(
+    return safe_table(
         rows, tablefmt="simple", maxcolwidths=[None] * 6 + [_REASON_WIDTH],
         headers=["point", "status", "step time", "tokens/s", "MFU", "energy/token",
                  "bundle (or reason)"],
