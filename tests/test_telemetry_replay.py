@@ -47,10 +47,10 @@ def test_recorded_traces_decode_power_cap_throttling(trace):
 H100_WRAPPED = REPO / "tests/data/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2"
 """An H100 bundle recorded before NVML's 32-bit PCIe counters were unwrapped: its pcie_tx_bytes
 drops by 2^32 - 386,552 bytes 32 s into the run (issue 19). Kept unedited as the recorded case
-verify must refuse; benchmarks/telemetry/bundles/ holds the run that replaced it."""
+verify must refuse; tests/data/bundles/telemetry/ holds the run that replaced it."""
 
 
-@pytest.mark.parametrize("bundle", sorted((REPO / "benchmarks/telemetry/bundles").iterdir()))
+@pytest.mark.parametrize("bundle", sorted((REPO / "tests/data/bundles/telemetry").iterdir()))
 def test_committed_gpu_bundles_verify(bundle):
     verify_bundle(bundle)
 
