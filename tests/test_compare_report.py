@@ -388,6 +388,7 @@ axes:
 """
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_sweep_folder_stands_for_its_bundles(cli, tmp_path):
     """`compare results/*` after a sweep: bundles of single runs beside a sweep folder."""

@@ -138,6 +138,7 @@ def test_short_windows_and_unsteady_temperatures_are_marked():
     assert agg["power_samples_min"] == d["power_samples"] >= 100
 
 
+@pytest.mark.training
 def test_a_short_measured_phase_extends_itself_and_says_so(tmp_path):
     # One measured step asked for, a minimum no CPU step reaches: the phase grows to its
     # bound (20 x the asked-for steps), every rank agreeing at each step's start.

@@ -46,7 +46,8 @@ def test_kit_mllog_names_are_mlperf_loggings():
     assert not kit_own & defined, "mllog now names these: use its constants"
 
 
-@pytest.fixture(params=["cpu-run", *(b.name for b in RECORDED)])
+@pytest.fixture(params=[pytest.param("cpu-run", marks=pytest.mark.training),
+                        *(b.name for b in RECORDED)])
 def bundle(request) -> Path:
     """The real CPU run's bundle, then each recorded GPU bundle."""
     if request.param == "cpu-run":

@@ -225,6 +225,7 @@ def test_bad_study_input_is_one_line(cli):
         assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     args = ("study", "--quick", "--only", "microbatch-bursts", "--out", str(tmp_path))

@@ -76,6 +76,7 @@ def test_replay_loops_keep_cumulative_counters_counting():
     assert rows[-1]["energy_j"] > 2 * (energy[-1] - energy[0]) + energy[0]
 
 
+@pytest.mark.training
 def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--platform", "tests/data/platforms/cpu-replay-h100.yaml",
             "--tp", "2", "--steps", "4", "--warmup", "1", "--out", str(tmp_path))
@@ -92,6 +93,7 @@ def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):
     assert summary["power_w_mean"] > 0 and summary["energy_j_per_token"] > 0
 
 
+@pytest.mark.training
 def test_a_broken_backend_leaves_the_run_and_bundle_intact(cli, tmp_path):
     """A replay backend whose trace is corrupt: host telemetry goes on, the run ends ok."""
     bad = tmp_path / "broken.parquet"
