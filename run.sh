@@ -5,6 +5,7 @@
 #   ./run.sh --platform h100 [...]   same, on a named platform (options go to `charllm-kit run`)
 #   ./run.sh gpt3-small --tp 2       any workload and `charllm-kit run` options
 #   ./run.sh test                    run the test suite (what CI runs)
+#   ./run.sh test --fast             the tests that start no ranks, Slurm cluster or image build
 #   ./run.sh workloads list          any other charllm-kit command (fabric, submit, ...)
 #   ./run.sh --container [--platform P] [--container-runtime R] [--image I] [--dry-run] [...]
 #                                    the same run inside the platform's image (docker/README.md);
@@ -122,6 +123,12 @@ case "${1:-}" in
     ;;
   test)
     shift
+    tier=()
+    if [[ "${1:-}" == "--fast" ]]; then
+      # The inner loop: the tests that carry none of the tier markers (pyproject.toml).
+      shift
+      tier=(-m "not training and not slurm and not image")
+    fi
     browser_for_tests
     # pytest-xdist: three workers (CHARLLM_TEST_WORKERS; 0 runs the suite in this one process),
     # so tests that wait (grace periods, Slurm, sleeps) overlap ones that compute: on two cores a
@@ -132,7 +139,7 @@ case "${1:-}" in
     # (tests/conftest.py). (--dist loadgroup cannot group with pytest 9: xdist 3.8 marks a group
     # in Node._nodeid, which pytest 9 no longer reads.) --durations: the slowest tests, named.
     exec "$VENV/bin/python" -m pytest -q --durations=15 -n "${CHARLLM_TEST_WORKERS:-3}" \
-      --dist loadfile "$@"
+      --dist loadfile ${tier[@]+"${tier[@]}"} "$@"
     ;;
   -h|--help)
     # run.sh's own forms (the header above), then the CLI's help

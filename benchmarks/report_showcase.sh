@@ -4,7 +4,7 @@
 #
 #   benchmarks/report_showcase.sh [--baseline B] [BUNDLE_OR_SWEEP_DIR ...]
 #
-# Default: every committed GPU bundle (benchmarks/*/bundles/*). Writes
+# Default: every committed GPU bundle (tests/data/bundles/*/2*). Writes
 #   docs/report-showcase.md            the report (a short preface, then what `report` wrote)
 #   docs/report-showcase_figures/*.png its figures
 #   docs/img/report-showcase-page.png  the HTML report's top (contents, comparison) in Chromium
@@ -21,8 +21,8 @@ if [[ "${1:-}" == "--baseline" ]]; then
 fi
 given="$*"
 if [[ $# -eq 0 ]]; then
-  set -- benchmarks/*/bundles/*
-  given="(default: benchmarks/*/bundles/*)"
+  set -- tests/data/bundles/*/2*
+  given="(default: tests/data/bundles/*/2*)"
 fi
 
 DOC=docs/report-showcase.md

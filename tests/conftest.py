@@ -59,15 +59,22 @@ def pytest_configure_node(node) -> None:
     node.workerinput[CPU_RECORD] = _record
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201 (xdist's types)
-    """``--dist loadfile`` (``./run.sh test``) hands out the slowest files first
-    (tests/xdist_order.py); any other distribution is xdist's own."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from tests.xdist_order import SlowestFirstScheduling
+TIER_OF_FIXTURE = {
+    "cpu_run": "training", "cpu_bundle": "training", "gpt3_tiny_reference": "training",
+    "tp2_dp2_bundle": "training", "slowed_rank_run": "training",
+    "slurm": "slurm", "cpu_image": "image",
+}
+"""The shared fixtures that start ranks, a Slurm cluster or an image build, and the tier marker
+(pyproject.toml's ``markers``) a test that uses one gets, directly or through another fixture;
+tests that start such work themselves carry the marker in their module."""
 
-    return SlowestFirstScheduling(config, log)
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers of the fixtures it uses (``./run.sh test --fast`` leaves
+    out ``training``, ``slurm`` and ``image``)."""
+    for item in items:
+        for tier in {TIER_OF_FIXTURE[f] for f in item.fixturenames if f in TIER_OF_FIXTURE}:
+            item.add_marker(tier)
 
 
 def _cpu_s(who: int) -> float:

@@ -23,7 +23,7 @@ from kit.bundle.writer import SUMS_NAME, file_sha256, write_sums
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent
-H200 = REPO / "benchmarks/telemetry/bundles/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
+H200 = REPO / "tests/data/bundles/telemetry/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
 """A real bundle (gpt3-1.3b on one H200) that verifies."""
 
 

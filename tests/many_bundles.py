@@ -1,7 +1,7 @@
 """Many bundles cheaply, for reports at scale: copies of the recorded GPU bundles made 4-GPU
 layouts.
 
-Each copy takes one of the recorded single-GPU bundles (benchmarks/*/bundles: H100 and H200,
+Each copy takes one of the recorded single-GPU bundles (tests/data/bundles/*/: H100 and H200,
 gpt3-1.3b and mixtral-8x7b-4l), gives it a 4-GPU layout and a micro-batch size, and turns its
 one GPU's telemetry into four: devices 1-3 are device 0's samples with power, temperature and
 SM clock shifted as a position further from the air inlet would see them (cumulative counters
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from kit.bundle.writer import write_sums
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = sorted((REPO / "benchmarks").glob("*/bundles/*"))
+SOURCES = sorted((REPO / "tests/data/bundles").glob("*/2*"))
 LAYOUTS = ((1, 1), (2, 1), (4, 1), (2, 2), (1, 4))
 """(TP, PP) of the copies; DP makes up four GPUs."""
 MICRO_BATCHES = (1, 2, 4, 8)

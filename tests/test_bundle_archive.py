@@ -22,8 +22,8 @@ from kit.errors import BundleError
 
 from .conftest import REPO, why_failed
 
-H100 = REPO / "benchmarks/telemetry/bundles/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
-H200 = REPO / "benchmarks/telemetry/bundles/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
+H100 = REPO / "tests/data/bundles/telemetry/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
+H200 = REPO / "tests/data/bundles/telemetry/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
 """A real GPU bundle that verifies: the one the archive tests pack."""
 EVIL_ID = "20261122T000000Z-gpt3-tiny-cpu-000000"
 

@@ -14,7 +14,7 @@ from kit.telemetry.fields import TELEMETRY_SCHEMA
 from .conftest import REPO
 from .test_bundle_archive import one_line_error, rehash, write_archive
 
-RECORDED = sorted((REPO / "benchmarks/telemetry/bundles").iterdir())
+RECORDED = sorted((REPO / "tests/data/bundles/telemetry").iterdir())
 
 
 def validator(name: str) -> jsonschema.Draft202012Validator:

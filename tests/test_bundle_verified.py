@@ -14,6 +14,8 @@ import pytest
 from .conftest import why_failed
 from .test_interop_mlperf import parse_mllog
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 # The session's cpu_bundle run (about a minute on 2 cores) when this module runs alone.
 SETUP_TIMEOUT = 420
 

@@ -14,7 +14,7 @@ import pytest
 
 from .conftest import REPO, kit_cli, why_failed
 
-GPU = sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())
+GPU = sorted((REPO / "tests/data/bundles/telemetry").iterdir())
 H100, H200 = (next(b for b in GPU if b.name.endswith(tag)) for tag in ("h100-f4a12c",
                                                                         "h200-bceb8a"))
 
@@ -391,6 +391,7 @@ axes:
 """
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_sweep_folder_stands_for_its_bundles(cli, tmp_path):
     """`compare results/*` after a sweep: bundles of single runs beside a sweep folder."""
@@ -417,7 +418,7 @@ def test_a_sweep_folder_stands_for_its_bundles(cli, tmp_path):
     assert str(point) in r.stdout and "002-tp3  skipped" in r.stdout
 
 
-MIXTRAL = sorted((REPO / "benchmarks" / "parallel" / "bundles").iterdir())[0]
+MIXTRAL = sorted((REPO / "tests/data/bundles/parallel").iterdir())[0]
 
 
 def test_the_ranking_counts_a_copied_bundle_once_and_flags_the_energy_check(cli, tmp_path):

@@ -14,7 +14,7 @@ from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
 
 from .conftest import REPO
 
-BUNDLES = sorted((REPO / "benchmarks/telemetry/bundles").iterdir())
+BUNDLES = sorted((REPO / "tests/data/bundles/telemetry").iterdir())
 
 
 def steps(rows):

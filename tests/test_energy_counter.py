@@ -20,7 +20,7 @@ from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 
-H100_RUN = REPO / "benchmarks/telemetry/bundles/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
+H100_RUN = REPO / "tests/data/bundles/telemetry/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
 """A recorded 1 x H100 gpt3-1.3b run (counter read every 120 ms, steps of 0.56 s)."""
 
 
@@ -138,6 +138,7 @@ def test_short_windows_and_unsteady_temperatures_are_marked():
     assert agg["power_samples_min"] == d["power_samples"] >= 100
 
 
+@pytest.mark.training
 def test_a_short_measured_phase_extends_itself_and_says_so(tmp_path):
     # One measured step asked for, a minimum no CPU step reaches: the phase grows to its
     # bound (20 x the asked-for steps), every rank agreeing at each step's start.

@@ -37,6 +37,7 @@ def test_attention_and_layers_match_plain_references():
         assert row["rel_err"] < 1e-5, row
 
 
+@pytest.mark.training
 def test_a_tiny_model_learns(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--steps", "20", "--warmup", "1", "--telemetry-interval-ms", "0",
             "--out", str(tmp_path), timeout=300)

@@ -30,6 +30,7 @@ def ep2(tmp_path_factory) -> Path:
     return bundle
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_every_token_is_counted_once_per_chosen_expert(ep2):
     rows = pq.read_table(ep2 / "experts.parquet")
@@ -51,6 +52,7 @@ def test_every_token_is_counted_once_per_chosen_expert(ep2):
     assert phases == {0: "warmup", 1: "measured", 2: "measured"}
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_imbalance_summary_and_report_figure(ep2, cli, tmp_path):
     load = json.loads((ep2 / "metrics.json").read_text())["expert_load"]
@@ -68,6 +70,7 @@ def test_imbalance_summary_and_report_figure(ep2, cli, tmp_path):
     assert 'id="expert-load-1"' in html and "Tokens each expert received" in html
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_full_recompute_counts_each_micro_batch_once(cli, tmp_path):
     # the router runs twice per micro-batch (forward without autograd, then again in backward)
@@ -138,6 +141,7 @@ def test_summary_figures_from_known_counts():
     assert dropped["dropped_frac_by_step"] == [[1, 0.2]]  # 40 of 50 slots kept
 
 
+@pytest.mark.training
 def test_a_corrupt_experts_file_fails_verification(ep2, tmp_path):
     import shutil
 

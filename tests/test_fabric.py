@@ -45,6 +45,7 @@ def fabric(tmp_path_factory) -> Path:
     return bundle_path(r.stdout)
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
     verify_bundle(fabric)
@@ -73,6 +74,7 @@ def test_fabric_bandwidths_follow_nccl_tests_from_the_measured_times(fabric):
     assert pq.read_table(fabric / "telemetry.parquet").num_rows > 0  # host telemetry
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_compare_and_report_show_the_fabric_curve(fabric, tmp_path):
     r = kit_cli("compare", str(fabric), "--format", "json")
@@ -86,6 +88,7 @@ def test_compare_and_report_show_the_fabric_curve(fabric, tmp_path):
     assert 'id="fabric-busbw"' in report.read_text()
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_fabric_bundle_beside_a_run_is_named_as_collectives_not_a_batch(fabric, cpu_bundle):
     """A fabric bundle trains nothing: it is no layout, batch, engine or architecture to flag
@@ -120,6 +123,7 @@ def test_bad_fabric_input_is_one_line_and_exit_2(args, needle):
     assert r.stderr.count("\n") == 1 and needle in r.stderr
 
 
+@pytest.mark.training
 def test_export_mllog_of_a_fabric_bundle_is_one_line_and_exit_2(fabric, tmp_path):
     """MLLOG describes training runs; a fabric bundle has no model, steps or loss to log."""
     out = tmp_path / "run.log"
@@ -130,6 +134,7 @@ def test_export_mllog_of_a_fabric_bundle_is_one_line_and_exit_2(fabric, tmp_path
         "training runs"]
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_two_nodes_through_torchrun_make_one_fabric_bundle(tmp_path):
     """The same launchers as training: 2 nodes x 2 ranks on this host, one bundle with both

@@ -1,6 +1,6 @@
 """MLCommons' own checkers (mlperf-logging, in the `test` extra) on the kit's MLPerf exports.
 
-The exports of a real CPU run and of every recorded bundle under ``benchmarks/`` go through
+The exports of a real CPU run and of every recorded GPU bundle under ``tests/data/bundles/*/`` go through
 ``system_desc_checker``, which must pass, and the training compliance checker, which must
 report exactly what follows from a kit run not being an MLPerf submission and nothing else:
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 RULESET = "6.1.0"
 """The newest training ruleset of mlperf-logging 4.1.68, and its command line's default."""
 RULES_DIR = Path(mlp_compliance.__file__).parent
-RECORDED = sorted(p.parent for p in (REPO / "benchmarks").rglob("manifest.json"))
+RECORDED = sorted(p.parent for p in (REPO / "tests/data/bundles").glob("*/*/manifest.json"))
 """Bundles of real GPU runs, committed as evidence (read only)."""
 SEPARATOR = "\n" + "-" * 30 + "\n"
 """How the compliance checker joins its messages into one log record."""
@@ -46,7 +46,8 @@ def test_kit_mllog_names_are_mlperf_loggings():
     assert not kit_own & defined, "mllog now names these: use its constants"
 
 
-@pytest.fixture(params=["cpu-run", *(b.name for b in RECORDED)])
+@pytest.fixture(params=[pytest.param("cpu-run", marks=pytest.mark.training),
+                        *(b.name for b in RECORDED)])
 def bundle(request) -> Path:
     """The real CPU run's bundle, then each recorded GPU bundle."""
     if request.param == "cpu-run":

@@ -17,6 +17,8 @@ from kit.bundle.verify import verify_bundle
 
 from .conftest import bundle_path, losses_by_rank, why_failed
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 # fp32 rounding differs between layouts (reduction order); a layout bug moves the loss far more
 # (the gloo batch_p2p_comm swap under interleaved PP changes the first loss by 1.5e-4).
 REL = 1e-5

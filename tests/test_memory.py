@@ -305,7 +305,7 @@ def test_the_recorded_four_gpu_layouts_warn_only_where_one_ran_out():
     from kit.spec.loader import load_platform
 
     h100 = load_platform("h100")
-    recorded = REPO / "benchmarks/parallel/results/h100x4/bundles-layouts-call1.tar.gz"
+    recorded = REPO / "tests/data/manifests/h100x4-layouts-call1.tar.gz"
     seen = {}
     with tarfile.open(recorded) as tar:
         for member in (m for m in tar.getmembers() if m.name.endswith("manifest.json")):
@@ -360,12 +360,12 @@ def test_activations_match_what_megatron_core_saves_for_backward(tmp_path):
 
 
 # Bundles recorded on one GPU (bf16, torch 2.11, megatron-core 0.19.2) and how close each set's
-# estimate was: benchmarks/telemetry (gpt3-1.3b micro-batch 4, H100 and H200; measured 36.50 GiB,
-# estimated 36.42, -0.2%) and benchmarks/parallel (mixtral-8x7b-4l micro-batch 1 on an H200,
+# estimate was: tests/data/bundles/telemetry (gpt3-1.3b micro-batch 4, H100 and H200; measured 36.50 GiB,
+# estimated 36.42, -0.2%) and tests/data/bundles/parallel (mixtral-8x7b-4l micro-batch 1 on an H200,
 # recompute none and full; +2.6% and +1.0%). The target is 15%.
 GPU_BUNDLES = [
-    *((b, 0.02) for b in sorted((REPO / "benchmarks" / "telemetry" / "bundles").iterdir())),
-    *((b, 0.03) for b in sorted((REPO / "benchmarks" / "parallel" / "bundles").iterdir())),
+    *((b, 0.02) for b in sorted((REPO / "tests/data/bundles/telemetry").iterdir())),
+    *((b, 0.03) for b in sorted((REPO / "tests/data/bundles/parallel").iterdir())),
 ]
 
 

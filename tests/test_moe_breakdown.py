@@ -9,6 +9,7 @@ from kit.analysis.moe_breakdown import format_breakdown, step_breakdowns
 from .conftest import bundle_path, why_failed
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_profiled_moe_step_splits_into_its_stages(cli, tmp_path):
     r = cli("run", "mixtral-tiny", "--profile", "--steps", "1", "--warmup", "0",

@@ -28,6 +28,8 @@ from tests.conftest import (
     why_failed,
 )
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 
 def free_port() -> int:
     import socket

@@ -8,7 +8,7 @@ from kit.bundle.verify import verify_bundle
 
 from .conftest import REPO
 
-RECORDED = REPO / "benchmarks/telemetry/bundles/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
+RECORDED = REPO / "tests/data/bundles/telemetry/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
 """A real GPU bundle that verifies (the H100 one does not: its PCIe counter wrapped, issue 19)."""
 
 

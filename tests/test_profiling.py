@@ -18,6 +18,8 @@ from kit.bundle.verify import verify_bundle
 
 from .conftest import bundle_path, kit_cli, rank_pid, start_long_run, wait_for_steps, why_failed
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 SHORT = ("--steps", "2", "--warmup", "1", "--profile-steps", "1:3")
 
 

@@ -1,8 +1,8 @@
 """`charllm-kit project` on the recorded GPU bundles: the model's arithmetic, hand-checked.
 
-The inputs are the committed real bundles: gpt3-1.3b on one H100 (benchmarks/telemetry/bundles,
+The inputs are the committed real bundles: gpt3-1.3b on one H100 (tests/data/bundles/telemetry,
 CUDA-graph step, power-capped, no profile) and mixtral-8x7b-4l on one H200
-(benchmarks/parallel/bundles, eager step, full recompute). Nothing is invented: the figures a
+(tests/data/bundles/parallel, eager step, full recompute). Nothing is invented: the figures a
 test compares with are those bundles' own, or sizes worked out by hand from the workload.
 """
 
@@ -21,9 +21,9 @@ from kit.spec.loader import load_platform, load_workload
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 
-H100 = REPO / "benchmarks/telemetry/bundles/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
-MIXTRAL_FULL = REPO / "benchmarks/parallel/bundles/20261124T201141Z-mixtral-8x7b-4l-h200-588d9e"
-MIXTRAL_NONE = REPO / "benchmarks/parallel/bundles/20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
+H100 = REPO / "tests/data/bundles/telemetry/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
+MIXTRAL_FULL = REPO / "tests/data/bundles/parallel/20261124T201141Z-mixtral-8x7b-4l-h200-588d9e"
+MIXTRAL_NONE = REPO / "tests/data/bundles/parallel/20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
 
 
 def _h100_target(**fields):

@@ -76,6 +76,7 @@ def _unprofiled_steps(bundle: Path) -> list[float]:
     return [max(v) - min(v) for v in spans.values()]
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_profiled_run_projected_to_its_own_layout_gives_back_its_step(dp1):
     p = project([dp1], ProjectionTarget(), ["test"])
@@ -94,6 +95,7 @@ def test_a_profiled_run_projected_to_its_own_layout_gives_back_its_step(dp1):
     assert any("power not projected" in a for a in p.assumptions)
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_dp2_run_projected_to_its_own_layout_lands_in_its_interval(dp2, fabric):
     p = project([dp2, fabric], ProjectionTarget(dp=2), ["test"])
@@ -112,6 +114,7 @@ def test_a_dp2_run_projected_to_its_own_layout_lands_in_its_interval(dp2, fabric
     assert [i.role for i in p.inputs] == ["compute", "fabric"]
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_the_dp_all_reduce_takes_its_size_over_the_fabric_curves_busbw(dp1, fabric):
     p = project([dp1, fabric], ProjectionTarget(dp=2), ["test"])
@@ -130,6 +133,7 @@ def test_the_dp_all_reduce_takes_its_size_over_the_fabric_curves_busbw(dp1, fabr
     assert st.tail_s[1] == pytest.approx(ar.time_s[1] + st.optimizer_s)
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_an_eager_pipeline_counts_its_p2p_syncs_exchanges_and_bubble_from_its_inputs(dp1, fabric):
     p = project([dp1, fabric], ProjectionTarget(pp=2), ["test"])
@@ -171,6 +175,7 @@ def test_an_eager_pipeline_counts_its_p2p_syncs_exchanges_and_bubble_from_its_in
     assert any("2 host-paced ranks wait on each other" in a for a in p.assumptions)
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_the_cli_writes_a_projection_compare_reads_and_a_fabric_alone_is_refused(
         dp1, fabric, tmp_path):
@@ -221,6 +226,7 @@ def test_the_gemm_table_holds_every_layer_gemm_of_each_tp_degree(gemm_table):
         assert p["tflops"] == pytest.approx(2 * p["m"] * p["n"] * p["k"] / p["time_s"] / 1e12)
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, fabric,
                                                                           gemm_table):
@@ -250,6 +256,7 @@ def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, f
     assert tp2.step["bound"] == max(("compute", "memory", "link"), key=shares.get)
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("extra, needle", [
     ((), "no GEMM table of cpu and mi250"),
@@ -276,6 +283,7 @@ def _cpu_kind(folder: Path, name: str, bandwidth: float, peak: float) -> Path:
     return path
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_across_kinds_memory_bound_kernels_follow_the_bandwidth_and_gemms_the_tables(
         tmp_path_factory):

@@ -21,6 +21,8 @@ from kit.bundle.verify import verify_bundle
 
 from .conftest import REPO, bundle_path, first_on_pythonpath, start_long_run, wait_for_steps
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 HOLD = """\
 import os, sys, time
 if "kit.launch.rank_fork" in sys.orig_argv:

@@ -16,7 +16,7 @@ from kit.bundle.reader import read_bundle
 from .conftest import REPO
 from .many_bundles import many_bundles
 
-BUNDLES = sorted(p for p in (REPO / "benchmarks").glob("*/bundles/*") if p.is_dir())
+BUNDLES = sorted(p for p in (REPO / "tests/data/bundles").glob("*/2*") if p.is_dir())
 H100 = next(b for b in BUNDLES if b.name.endswith("h100-f4a12c"))
 
 

@@ -45,6 +45,7 @@ def _rows_of(panels: dict[str, str], anchor: str) -> tuple[str, int]:
     return found.group(1), int(found.group(2))
 
 
+@pytest.mark.training
 def test_layouts_are_named_by_engine_and_layout_against_a_baseline(cli, layouts, tmp_path):
     ok = [str(layouts[k]) for k in ("tp2", "pp2", "zero1")]
     out = tmp_path / "r.html"
@@ -85,6 +86,7 @@ def test_layouts_are_named_by_engine_and_layout_against_a_baseline(cli, layouts,
     assert result["shared"] == ["gpt3-tiny", "cpu-replay-chassis x2", "fp32", "mb2", "gb8"]
 
 
+@pytest.mark.training
 def test_a_failed_runs_telemetry_is_drawn_with_its_status(cli, layouts, tmp_path):
     out = tmp_path / "r.html"
     r = cli("report", str(layouts["tp2"]), str(layouts["failed"]), "-o", str(out))
@@ -104,6 +106,7 @@ def test_a_failed_runs_telemetry_is_drawn_with_its_status(cli, layouts, tmp_path
     assert "whole record" in panels["chassis-heatmap-2"]
 
 
+@pytest.mark.training
 def test_markdown_has_the_html_figures(cli, layouts, tmp_path):
     paths = [str(p) for p in layouts.values()]
     r = cli("report", *paths, "-o", str(tmp_path / "r.html"))
@@ -151,6 +154,7 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.training
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not found (Debian package "
                     "`chromium`; `./run.sh test` installs it when run as root)")
 @pytest.mark.timeout(1800)

@@ -24,6 +24,8 @@ from .conftest import (
     wait_for_steps,
 )
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 
 def test_tp2_trains_and_writes_a_verifiable_bundle(cpu_run):
     bundle, r = cpu_run

@@ -61,6 +61,7 @@ def gone(pids: list[int]) -> bool:
     return True
 
 
+@pytest.mark.training
 @pytest.mark.timeout(240)
 def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
     """What `timeout`, scancel and systemd do: SIGTERM to every process of the job's group
@@ -87,6 +88,7 @@ def test_sigterm_to_the_whole_group_publishes_an_interrupted_bundle(tmp_path):
     assert pq.read_table(bundle / "telemetry.parquet").num_rows > 0  # the sampler's last chunk
 
 
+@pytest.mark.training
 @pytest.mark.timeout(240)
 def test_signals_until_the_launcher_exits_do_not_change_its_exit_code(tmp_path):
     """A job's end can keep signalling while the launcher assembles, publishes and prints: a
@@ -120,6 +122,7 @@ def test_signals_until_the_launcher_exits_do_not_change_its_exit_code(tmp_path):
         "stopped by signal SIGTERM", "stopped by signal SIGINT")), m["error"]
 
 
+@pytest.mark.training
 @pytest.mark.timeout(240)
 def test_a_sigterm_repeated_within_2_s_still_lets_the_ranks_stop_at_a_step_boundary(tmp_path):
     """Slurm's scancel signals the task and srun forwards the same SIGTERM again: one request,
@@ -162,6 +165,7 @@ def wait_until_delivered(pid: int, sig: signal.Signals, timeout_s: float = 30) -
     raise AssertionError(f"{sig.name} still pending in {pid} after {timeout_s} s")
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
     """SIGKILL of the sampler (what a segfault in a vendor library looks like): the run goes
@@ -191,6 +195,7 @@ def test_a_killed_sampler_is_a_lost_telemetry_source_not_a_lost_run(tmp_path):
     assert len(losses_by_rank(bundle)[0]) == 31
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_a_killed_launcher_takes_its_ranks_along_and_its_staging_is_recovered(tmp_path):
     """The OOM killer takes the launcher: its ranks stop within seconds instead of training on
@@ -273,6 +278,7 @@ def fill(path: Path) -> None:
             pass
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_a_full_disk_names_the_path_and_the_run_stays_recoverable(small_tmpfs):
     out = small_tmpfs / "results"

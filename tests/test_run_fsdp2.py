@@ -12,6 +12,8 @@ from kit.bundle.verify import verify_bundle
 
 from .conftest import bundle_path, kit_cli, losses_by_rank, why_failed
 
+pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
+
 REL = 1e-5
 
 

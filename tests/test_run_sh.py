@@ -41,6 +41,7 @@ def test_a_word_that_is_neither_a_command_nor_a_workload_is_one_line():
                         "'fabric'?\n")
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_fabric_through_run_sh_says_what_it_measures_as_it_goes(tmp_path):
     """`./run.sh fabric --nproc 2` runs the benchmark; each point is printed as it is measured,

@@ -36,6 +36,7 @@ py-spy where installed (up to 20 s), the kill and the bundle's publication. On a
 own timeout is far larger."""
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_sigstopped_rank_ends_the_run_failed_naming_it(tmp_path):
     """TP2 x DP2, rank 1 SIGSTOPped after rank 0's third step: the run ends within the stall
@@ -152,6 +153,7 @@ def test_a_negative_stall_timeout_is_bad_input(cli):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_a_sigstopped_rank_on_node_1_ends_a_two_node_run_naming_it(tmp_path):
     """Two node agents (torchrun launcher, 2 ranks each): every agent watches all ranks' step

@@ -78,6 +78,7 @@ def test_a_changed_shape_or_dtype_compiles_anew_and_the_same_one_is_reused(tmp_p
     assert compile_cache.entries(Path(warm["dir"])) > before
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_run_reports_its_phases_cache_and_run_sh_set_up_apart(tmp_path):
     """A run started the way run.sh starts it (set-up, then exec in the same process): the
@@ -113,6 +114,7 @@ def test_a_run_reports_its_phases_cache_and_run_sh_set_up_apart(tmp_path):
     assert metrics["lifecycle"]["setup_s"] == life["setup_s"]
 
 
+@pytest.mark.training
 @pytest.mark.timeout(300)
 def test_the_table_says_the_set_up_and_the_cache(tmp_path):
     r = kit_cli("run", "gpt3-tiny", "--steps", "1", "--warmup", "0", "--telemetry-interval-ms",

@@ -1,7 +1,7 @@
 """``charllm-kit study``: the findings over recorded bundles, the node-sized matrix, a CPU study.
 
-The verdict tests read real bundles recorded on H100/H200s (tests/data/bundles,
-benchmarks/*/bundles). Where a verdict needs runs no recorded bundle has (a micro-batch sweep,
+The verdict tests read real bundles recorded on H100/H200s (tests/data/bundles and its
+telemetry/ and parallel/). Where a verdict needs runs no recorded bundle has (a micro-batch sweep,
 four GPUs' temperatures), the cases are a recorded H200 bundle's manifest.json and metrics.json
 with the settings and figures named in each case changed: the numbers of issue 38's 4-H200 runs.
 """
@@ -28,8 +28,8 @@ from kit.study.verdicts import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("benchmarks/*/bundles/2*")])
-H200 = REPO / "benchmarks/parallel/bundles/20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
+RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("tests/data/bundles/*/2*")])
+H200 = REPO / "tests/data/bundles/parallel/20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
 
 
 def _verdicts(paths: list[Path]) -> dict[str, str]:
@@ -225,6 +225,7 @@ def test_bad_study_input_is_one_line(cli):
         assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     args = ("study", "--quick", "--only", "microbatch-bursts", "--out", str(tmp_path))

@@ -201,6 +201,7 @@ def smoke(tmp_path_factory):
     return out / "cpu-smoke", r
 
 
+@pytest.mark.training
 def test_cpu_sweep_runs_every_point(smoke):
     folder, r = smoke
     assert r.returncode == 0, why_failed(r)
@@ -219,12 +220,14 @@ def test_cpu_sweep_runs_every_point(smoke):
         assert p["id"] in r.stdout
 
 
+@pytest.mark.training
 def test_rerun_without_resume_is_refused(smoke, cli):
     folder, _ = smoke
     r = cli("sweep", str(SWEEPS / "cpu-smoke.yaml"), "--out", str(folder.parent))
     assert r.returncode == 2 and "--resume" in r.stderr and r.stderr.count("\n") == 1
 
 
+@pytest.mark.training
 def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
     folder, first = smoke
     assert first.returncode == 0, first.stderr
@@ -261,6 +264,7 @@ def test_resume_keeps_verified_bundles_and_reruns_a_broken_one(smoke, cli):
     assert [p["resumed"] for p in index["points"]] == [False, True, False, True]
 
 
+@pytest.mark.training
 def test_resume_of_a_sweep_not_started_yet_starts_it(cli, tmp_path):
     """A job script that always passes --resume works the first time too."""
     f = tmp_path / "one.yaml"
@@ -275,6 +279,7 @@ def test_resume_of_a_sweep_not_started_yet_starts_it(cli, tmp_path):
     assert point["status"] == "ok" and not point["resumed"]
 
 
+@pytest.mark.training
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(cli, tmp_path):
     (tmp_path / "odd-rope.yaml").write_text(ODD_ROPE)
     f = tmp_path / "mixed.yaml"

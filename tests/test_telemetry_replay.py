@@ -47,10 +47,10 @@ def test_recorded_traces_decode_power_cap_throttling(trace):
 H100_WRAPPED = REPO / "tests/data/bundles/20261122T094016Z-gpt3-1.3b-h100-e955a2"
 """An H100 bundle recorded before NVML's 32-bit PCIe counters were unwrapped: its pcie_tx_bytes
 drops by 2^32 - 386,552 bytes 32 s into the run (issue 19). Kept unedited as the recorded case
-verify must refuse; benchmarks/telemetry/bundles/ holds the run that replaced it."""
+verify must refuse; tests/data/bundles/telemetry/ holds the run that replaced it."""
 
 
-@pytest.mark.parametrize("bundle", sorted((REPO / "benchmarks/telemetry/bundles").iterdir()))
+@pytest.mark.parametrize("bundle", sorted((REPO / "tests/data/bundles/telemetry").iterdir()))
 def test_committed_gpu_bundles_verify(bundle):
     verify_bundle(bundle)
 
@@ -76,6 +76,7 @@ def test_replay_loops_keep_cumulative_counters_counting():
     assert rows[-1]["energy_j"] > 2 * (energy[-1] - energy[0]) + energy[0]
 
 
+@pytest.mark.training
 def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):
     r = cli("run", "gpt3-tiny", "--platform", "tests/data/platforms/cpu-replay-h100.yaml",
             "--tp", "2", "--steps", "4", "--warmup", "1", "--out", str(tmp_path))
@@ -92,6 +93,7 @@ def test_multi_rank_run_with_host_and_replay_telemetry(cli, tmp_path):
     assert summary["power_w_mean"] > 0 and summary["energy_j_per_token"] > 0
 
 
+@pytest.mark.training
 def test_a_broken_backend_leaves_the_run_and_bundle_intact(cli, tmp_path):
     """A replay backend whose trace is corrupt: host telemetry goes on, the run ends ok."""
     bad = tmp_path / "broken.parquet"

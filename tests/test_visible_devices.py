@@ -90,7 +90,7 @@ def test_reports_name_a_rank_by_the_gpu_it_ran_on_not_by_its_local_rank():
     from kit.analysis.labels import device_roles, rank_device
     from kit.bundle.reader import read_bundle
 
-    m = read_bundle(REPO / "benchmarks/telemetry/bundles/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
+    m = read_bundle(REPO / "tests/data/bundles/telemetry/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
                     ).manifest
     assert rank_device(m, 0, 0) == 0
     node = m.inventory[0]

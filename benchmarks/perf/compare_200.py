@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDED = REPO / "benchmarks/telemetry/bundles/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
+RECORDED = REPO / "tests/data/bundles/telemetry/20261122T094842Z-gpt3-1.3b-h200-bceb8a"
 TARGET_S = 5.0
 
 

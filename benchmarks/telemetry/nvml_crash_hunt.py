@@ -8,7 +8,6 @@ whether the process survived and how long one round took.
 
 import subprocess
 import sys
-import time
 
 GROUPS = {
     "power_fields": "[(nv.NVML_FI_DEV_POWER_INSTANT, 0), (nv.NVML_FI_DEV_POWER_AVERAGE, 0)]",
@@ -41,9 +40,14 @@ for _ in range(200):
 print(f"{{(time.time() - t0) / 200 * 1e3 - 20:.2f}} ms per round")
 """
 
-for name, expr in GROUPS.items():
-    t = time.time()
-    r = subprocess.run([sys.executable, "-c", CHILD.format(expr=expr)], capture_output=True,
-                       text=True)
-    tail = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [""])
-    print(f"{name:14s} exit {r.returncode:4d}  {tail if isinstance(tail, str) else tail[0]}")
+
+def main() -> None:
+    for name, expr in GROUPS.items():
+        r = subprocess.run([sys.executable, "-c", CHILD.format(expr=expr)], capture_output=True,
+                           text=True)
+        tail = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [""])
+        print(f"{name:14s} exit {r.returncode:4d}  {tail if isinstance(tail, str) else tail[0]}")
+
+
+if __name__ == "__main__":
+    main()
