@@ -82,6 +82,7 @@ def test_full_recompute_counts_each_micro_batch_once(cli, tmp_path):
         assert sum(x["tokens"] for x in rows if x["layer"] == layer) == 8 * 128 * 2
 
 
+@pytest.mark.training
 @pytest.mark.timeout(600)
 def test_capacity_padded_routing_counts_kept_tokens_and_reports_drops(ep2, cli, tmp_path):
     # --moe-capacity 1.0: the study's routing, each expert's input padded to an even share

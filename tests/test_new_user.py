@@ -59,6 +59,7 @@ def profiled_pipeline(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Pa
     return r, Path(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_cpu_run_says_it_compiled_nothing_rather_than_filling_the_cache(profiled_pipeline):
     r, _ = profiled_pipeline
@@ -67,6 +68,7 @@ def test_a_cpu_run_says_it_compiled_nothing_rather_than_filling_the_cache(profil
     assert "fills" not in r.stdout
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_pipeline_run_says_where_its_loss_is_and_points_at_its_breakdown(profiled_pipeline):
     r, bundle = profiled_pipeline
@@ -77,6 +79,7 @@ def test_a_pipeline_run_says_where_its_loss_is_and_points_at_its_breakdown(profi
     assert "(analytical " in line and line.endswith(f"charllm-kit bundle show {bundle}")
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_bundle_show_says_median_step_beside_phase_means_and_shows_the_bubble(
         profiled_pipeline):
@@ -129,6 +132,7 @@ def test_the_help_and_readme_say_what_is_true_now(tmp_path):
     assert "Usage: charllm-kit [OPTIONS] COMMAND" in r.stdout
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_run_and_its_report_say_what_to_do_next(profiled_pipeline, tmp_path):
     r, bundle = profiled_pipeline
@@ -144,6 +148,7 @@ def test_a_run_and_its_report_say_what_to_do_next(profiled_pipeline, tmp_path):
         "beside it: copy both, or write it with --single-file)")
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_run_sh_ends_with_the_next_steps_as_its_user_types_them(tmp_path):
     r = subprocess.run([str(REPO / "run.sh"), "--steps", "1", "--warmup", "0",
@@ -156,6 +161,7 @@ def test_run_sh_ends_with_the_next_steps_as_its_user_types_them(tmp_path):
         f"      ./run.sh report {bundle} -o report.html   # figures and checks, in a browser"]
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_run_stopped_by_a_signal_has_the_energy_of_the_steps_it_measured(tmp_path):
     """SIGTERM to the whole job (as Slurm or a terminal sends it) stops the sampler at once,
@@ -200,6 +206,7 @@ def cpu_study(tmp_path_factory) -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_cpu_study_report_says_first_what_it_measured_and_what_it_could_not(cpu_study):
     page = (cpu_study / "report.html").read_text()
@@ -219,6 +226,7 @@ def test_a_cpu_study_report_says_first_what_it_measured_and_what_it_could_not(cp
     assert "the sampler was off (the study samples nothing on a CPU host" in page
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_a_report_lists_figures_with_nothing_to_show_in_one_line(cpu_study):
     page = (cpu_study / "report.html").read_text()
@@ -234,6 +242,7 @@ def test_a_report_lists_figures_with_nothing_to_show_in_one_line(cpu_study):
     assert 'href="#sweep"' in contents and 'href="#efficiency"' not in contents
 
 
+@pytest.mark.training
 @pytest.mark.timeout(900)
 def test_the_sweep_figures_legend_stays_clear_of_its_title(cpu_study):
     from kit.analysis.compare import compare_bundles
