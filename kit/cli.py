@@ -177,10 +177,11 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
         raise KitInputError(plan.refusal)
     job = _job(partition, account, time_limit, runtime, image)
     chosen, why = job_runtime(plan.cfg, job, submitting=not dry_run)
+    # the script's checks first: a refused job says only why
+    script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     for warning in (plan.warning, why):
         if warning:
             click.echo(f"warning: {terminal_safe(warning)}", err=True)
-    script = sbatch_script(plan.cfg, req, out, replace(job, runtime=chosen), force)
     if dry_run:
         if as_json:
             click.echo(json.dumps({"script": script, "out": str(out.absolute())}))

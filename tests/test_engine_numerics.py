@@ -128,12 +128,19 @@ def test_cuda_graph_only_where_the_step_is_capturable(tmp_path):
             "mode": "graphed", "eager_because": []}
     piped = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, cp=2,
                                global_batch_size=64, recompute="full"))
-    assert features.graph_blockers(piped) == ["pipeline parallelism"]
+    assert features.graph_blockers(piped) == ["pipeline parallelism without graph_pipeline"]
     context = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", cp=2, tp=2, sp=True))
     assert features.graph_blockers(context) == [] and features.use_cuda_graph(context,
                                                                               features.DEFAULT)
     assert not features.use_cuda_graph(piped, features.DEFAULT)
-    assert engine_spec("megatron").execution(piped).describe() == "eager (pipeline parallelism)"
+    assert engine_spec("megatron").execution(piped).describe() == (
+        "eager (pipeline parallelism without graph_pipeline)")
+    # the pipelined step is captured on request (off by default until a 2-GPU run measures it)
+    graphed_pipe = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", pp=2, vpp=2,
+                                      global_batch_size=64, recompute="full",
+                                      speed=",".join(features.DEFAULT | {"graph_pipeline"})))
+    assert engine_spec("megatron").execution(graphed_pipe).graphed
+    assert "graph_pipeline" not in features.DEFAULT
     moe = resolve(RunRequest(workload="mixtral-tiny", platform=str(one_gpu)))
     assert features.graph_blockers(moe) == ["mixture of experts with dropless routing"]
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))

@@ -37,8 +37,28 @@ def test_dry_run_names_the_step_execution_before_the_run(cli):
             if line.startswith("step execution")] == ["graphed"]
     piped = cli("run", "gpt3-1.3b", "--platform", "h100", "--pp", "2", "--dry-run", "--json")
     assert piped.returncode == 0, piped.stderr
-    assert json.loads(piped.stdout)["execution"] == {"mode": "eager",
-                                                     "eager_because": ["pipeline parallelism"]}
+    assert json.loads(piped.stdout)["execution"] == {
+        "mode": "eager", "eager_because": ["pipeline parallelism without graph_pipeline"]}
+
+
+def test_static_batches_keep_their_addresses_across_steps():
+    import torch
+
+    from kit.engines.megatron.step_graph import StaticBatches
+
+    def step(value: float) -> list:  # two virtual-pipeline chunks; the second reads no data
+        return [iter([{"tokens": torch.full((2,), value)} for _ in range(3)]), None]
+
+    held = StaticBatches()
+    first = held.load(step(1.0))
+    first_batches = list(first[0])
+    assert first[1] is None and [b["tokens"].tolist() for b in first_batches] == [[1, 1]] * 3
+    second = list(held.load(step(2.0))[0])
+    assert all(a["tokens"] is b["tokens"] for a, b in zip(first_batches, second, strict=True))
+    assert [b["tokens"].tolist() for b in second] == [[2, 2]] * 3
+    single = StaticBatches()
+    one = single.load(iter([{"tokens": torch.zeros(1)}]))
+    assert not isinstance(one, list) and next(one)["tokens"].tolist() == [0.0]
 
 
 def test_an_eager_fallback_is_named_on_every_step_line(tmp_path: Path, capsys):

@@ -129,7 +129,8 @@ class RunRequest(BaseModel):
     speed: str | None = Field(
         None, description="GPU speed features, comma-separated, or none (default: those "
         "measured to pay on the platform). megatron: fusions, wgrad_fusion, cross_entropy, "
-        "cuda_graph, fused_adam, foreach_optim, compile, grouped_gemm, sync_free_permute; "
+        "cuda_graph, fused_adam, foreach_optim, compile, grouped_gemm, sync_free_permute, "
+        "graph_pipeline; "
         "deepspeed and fsdp2: compile, cross_entropy.")
     phase_timers: bool = Field(
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "

@@ -10,14 +10,17 @@ from kit.engines.kernels.features import chosen_features
 from kit.spec.run import RunConfig
 
 SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
-                  "foreach_optim", "compile", "grouped_gemm", "sync_free_permute")
-"""GPU speed features (kit.engines.megatron.speed); all but ``compile`` and
-``sync_free_permute`` are on by default on NVIDIA GPUs (each measured to pay; ``grouped_gemm``
+                  "foreach_optim", "compile", "grouped_gemm", "sync_free_permute",
+                  "graph_pipeline")
+"""GPU speed features (kit.engines.megatron.speed); all but ``compile``, ``sync_free_permute``
+and ``graph_pipeline`` are on by default on NVIDIA GPUs (each measured to pay; ``grouped_gemm``
 acts on bias-free MoE layers only). ``sync_free_permute`` (MoE token permutation without a
 device-to-host wait, :mod:`kit.engines.megatron.moe_permute`) waits for its GPU measurement
-(``benchmarks/moe/breakdown_1gpu.sh``)."""
+(``benchmarks/moe/breakdown_1gpu.sh``); ``graph_pipeline`` (with ``cuda_graph``: a pipeline's
+step captured too, its 1F1B schedule's sends and receives inside the graph) for its two-GPU
+one (issue 61: ``--speed`` with both, against the same layout eager and against DP)."""
 
-DEFAULT = frozenset(SPEED_FEATURES) - {"compile", "sync_free_permute"}
+DEFAULT = frozenset(SPEED_FEATURES) - {"compile", "sync_free_permute", "graph_pipeline"}
 
 DEFAULT_AMD = DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
 """On ROCm: ``wgrad_fusion`` needs ``torch.addmm(..., out_dtype=float32)``, ``cuda_graph``
@@ -45,9 +48,24 @@ def enabled(cfg: RunConfig) -> frozenset[str]:
 def graph_blockers(cfg: RunConfig) -> list[str]:
     """Why one CUDA graph cannot hold this layout's step (empty when it can).
 
-    Capture replays GPU work only: Python that runs between kernels on every step (pipeline
-    send/receive bookkeeping, MoE token counts read on the host) would be frozen at its first
-    run, so such layouts keep the eager step.
+    Capture replays GPU work only: Python that runs between kernels on every step (MoE token
+    counts read on the host, say) would be frozen at its first run, so such layouts keep the
+    eager step.
+
+    A pipeline's step is captured only with the ``graph_pipeline`` feature (off by default
+    until a multi-GPU run measures it): megatron-core's pipeline schedules are a fixed order of
+    forward and backward micro-batches for a given stage count and micro-batch count, their
+    sends and receives NCCL point-to-point operations (capturable, like the collectives below)
+    of fixed shapes (``variable_seq_lengths`` is off), so on replay each stage sends and
+    receives what it did while capturing; every stage captures after the same warm-up steps
+    and a barrier (:mod:`~kit.engines.megatron.step_graph`), as megatron-core's own
+    full-iteration graph does.
+
+    Megatron-FSDP keeps the eager step: it gathers each layer's parameters asynchronously from
+    hooks and prefetches the next step's gathers after the optimizer step, outside the schedule;
+    replayed, the forward would wait for gathers that no longer run where they were captured
+    (the distributed optimizer's overlapped all-gather below has the same flaw, and is moved
+    out of the graph instead; FSDP's cannot be, being where its weights come from).
 
     Activation recomputation is captured. megatron-core's ``CheckpointFunction`` saves and
     restores the RNG states around the recomputed forward; with the graph-safe tracker the
@@ -92,7 +110,8 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
     """
     p, o, w = cfg.parallel, cfg.optim, cfg.workload
     return [reason for blocked, reason in (
-        (p.pp > 1, "pipeline parallelism"),
+        (p.pp > 1 and "graph_pipeline" not in enabled(cfg),
+         "pipeline parallelism without graph_pipeline"),
         (w.is_moe and not w.moe_padded, "mixture of experts with dropless routing"),
         (w.moe_padded and p.moe_dispatcher != "alltoall",
          "mixture of experts with the allgather dispatcher"),
