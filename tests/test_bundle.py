@@ -463,7 +463,7 @@ def test_show_summarizes_status_layout_and_metrics(bundle: Path) -> None:
     assert re.search(r"^world size\s+2$", text, re.M)
     assert re.search(r"^mfu\s+41\.0 %$", text, re.M)
     assert re.search(r"^tokens_per_s\s+1,024$", text, re.M)
-    assert re.search(r"^step_time_s\s+0\.125$", text, re.M)
+    assert re.search(r"^step_time_s \(median step\)\s+0\.125$", text, re.M)
     assert re.search(r"^energy_j_per_token\s+n/a$", text, re.M)
 
 

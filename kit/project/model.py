@@ -43,7 +43,11 @@ from kit.spec.loader import load_platform
 from kit.spec.run import RunConfig
 
 _NOT_ARCHITECTURE = frozenset({"name", "description", "num_layers", "micro_batch_size",
-                               "global_batch_size", "scaling"})
+                               "global_batch_size", "scaling", "moe_capacity_factor",
+                               "moe_pad_to_capacity"})
+"""Workload fields a measured run may differ in from the target: batch and depth are scaled,
+and an MoE's capacity routing changes how its step executes (graphed or eager, which the
+projection reads from the run's bundle), not its layers' shapes."""
 _OVERLAP_OPS = {"AllReduce": "all_reduce", "ReduceScatter": "reduce_scatter",
                 "AllGather": "all_gather"}
 
