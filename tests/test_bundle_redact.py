@@ -12,9 +12,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from kit.bundle import redact_scan
-from kit.bundle.redact_rules import (DEVICE_RULES, HOST_RULES, IP_RULES, NODE_LIST, PERSON_RULES,
-                                     SECRET_RULES, SOURCES, Redactor, apply_rule)
 from kit.bundle.redact_parquet import redact_parquet
+from kit.bundle.redact_rules import (
+    DEVICE_RULES,
+    HOST_RULES,
+    IP_RULES,
+    NODE_LIST,
+    PERSON_RULES,
+    SECRET_RULES,
+    SOURCES,
+    Redactor,
+    apply_rule,
+)
 from kit.bundle.redact_scan import Hint, LinedText
 from tests.conftest import why_failed
 from tests.hostile_bundles import copy_bundle, edit_json, reseal

@@ -57,7 +57,8 @@ def test_speed_features_are_gpu_only_and_checked():
     assert features.enabled(cpu) == frozenset()
     assert features.enabled(h100) == features.DEFAULT and "compile" not in features.DEFAULT
     mi250 = resolve(RunRequest(workload="gpt3-1.3b", platform="mi250"))
-    assert features.enabled(mi250) == features.DEFAULT - {"wgrad_fusion", "cuda_graph", "grouped_gemm"}
+    assert features.enabled(mi250) == features.DEFAULT - {"wgrad_fusion", "cuda_graph",
+                                                          "grouped_gemm"}
     assert speed.config_kwargs(h100, features.DEFAULT)["gradient_accumulation_fusion"] is True
     fsdp = resolve(RunRequest(workload="gpt3-1.3b", platform="h100", fsdp=True))
     assert features.enabled(fsdp) == features.DEFAULT - {"wgrad_fusion"}

@@ -1,7 +1,7 @@
 """MLCommons' own checkers (mlperf-logging, in the `test` extra) on the kit's MLPerf exports.
 
-The exports of a real CPU run and of every recorded GPU bundle under ``tests/data/bundles/*/`` go through
-``system_desc_checker``, which must pass, and the training compliance checker, which must
+The exports of a real CPU run and of every recorded GPU bundle under ``tests/data/bundles/*/`` go
+through ``system_desc_checker``, which must pass, and the training compliance checker, which must
 report exactly what follows from a kit run not being an MLPerf submission and nothing else:
 
 - its benchmark is not on MLPerf's list, so that check fails and the checker finds no rules

@@ -360,9 +360,9 @@ def test_activations_match_what_megatron_core_saves_for_backward(tmp_path):
 
 
 # Bundles recorded on one GPU (bf16, torch 2.11, megatron-core 0.19.2) and how close each set's
-# estimate was: tests/data/bundles/telemetry (gpt3-1.3b micro-batch 4, H100 and H200; measured 36.50 GiB,
-# estimated 36.42, -0.2%) and tests/data/bundles/parallel (mixtral-8x7b-4l micro-batch 1 on an H200,
-# recompute none and full; +2.6% and +1.0%). The target is 15%.
+# estimate was: tests/data/bundles/telemetry (gpt3-1.3b micro-batch 4, H100 and H200; measured
+# 36.50 GiB, estimated 36.42, -0.2%) and tests/data/bundles/parallel (mixtral-8x7b-4l micro-batch
+# 1 on an H200, recompute none and full; +2.6% and +1.0%). The target is 15%.
 GPU_BUNDLES = [
     *((b, 0.02) for b in sorted((REPO / "tests/data/bundles/telemetry").iterdir())),
     *((b, 0.03) for b in sorted((REPO / "tests/data/bundles/parallel").iterdir())),

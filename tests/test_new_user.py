@@ -245,10 +245,10 @@ def test_a_report_lists_figures_with_nothing_to_show_in_one_line(cpu_study):
 @pytest.mark.training
 @pytest.mark.timeout(900)
 def test_the_sweep_figures_legend_stays_clear_of_its_title(cpu_study):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     from kit.analysis.compare import compare_bundles
     from kit.analysis.plots_study import sweep_lines
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     fig = sweep_lines(compare_bundles([str(cpu_study)]))
     canvas = FigureCanvasAgg(fig)

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-
 FIXED_WORDS = frozenset({"warmup", "measured", "gpu", "host"})
 """What the kit writes in its string columns (``phase``, ``source``): kept as they are, since
 readers select rows by them, even where a user or host has the same name."""

@@ -398,9 +398,10 @@ class MetricsFile(BaseModel):
         "Empty for dense runs and bundles written before the kit counted routing.")
     execution: dict[str, Any] = Field(
         default_factory=dict,
-        description="How the training step executed (kit.engines.execution, docs/bundle-format.md): "
-        "mode ('graphed': each step's forward and backward replayed from one captured CUDA "
-        "graph; 'eager': launched kernel by kernel from Python) and eager_because (what kept "
+        description="How the training step executed (kit.engines.execution, "
+        "docs/bundle-format.md): mode ('graphed': each step's forward and backward replayed "
+        "from one captured CUDA graph; 'eager': launched kernel by kernel from Python) and "
+        "eager_because (what kept "
         "it eager, one phrase each; empty when graphed). Empty for a fabric run (it trains "
         "nothing) and in bundles written before the kit recorded it, whose notes tell the "
         "mode instead ('speed features: ...', 'cuda_graph off: ... keep(s) the eager step').")

@@ -11,7 +11,9 @@ MAX_RANKS = 2**20
 MAX_DEVICES_PER_NODE = 1024
 MAX_BATCH = 2**30
 """Samples in a micro-batch or an optimizer step."""
-MAX_STEPS = 10**9
+MAX_STEPS = 100_000_000
+"""Most measured (and most warmup) steps a run takes: step numbers are int32 in
+``steps.parquet``, and a measured phase may grow to 20 x its steps (kit.measure_window)."""
 MAX_LAYERS = 2**16
 MAX_WIDTH = 2**24
 """Hidden, MLP and sequence lengths, vocabulary, attention heads, experts."""

@@ -11,7 +11,6 @@ from kit.spec.detect import detect_platform, local_accelerator_names, platform_p
 from kit.spec.loader import describe_validation_error, load_platform, load_workload
 from kit.spec.platform import PlatformSpec
 from kit.spec.run import (
-    MAX_STEPS,
     Launcher,
     OptimizationConfig,
     ParallelConfig,

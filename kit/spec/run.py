@@ -5,15 +5,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.fabric.spec import FabricSpec
+from kit.spec.bounds import MAX_STEPS
 from kit.spec.platform import Dtype, PlatformSpec
 from kit.spec.workload import ScalingRecord, WorkloadSpec
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 Launcher = Literal["local", "torchrun", "slurm"]
-MAX_STEPS = 100_000_000
-"""Most measured (and most warmup) steps a run takes: step numbers are int32 in
-``steps.parquet``, and a measured phase may grow to 20 x its steps (kit.measure_window)."""
 
 
 class ParallelConfig(BaseModel):

@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from kit import lifecycle
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
-from kit.engines.execution import Execution
 from kit.engines.data import SyntheticTokens
+from kit.engines.execution import Execution
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.megatron import adapter, features, speed
 from kit.engines.megatron.context_parallel import batch_on_this_rank
