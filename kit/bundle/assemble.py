@@ -387,6 +387,7 @@ def assemble_bundle(
                       if r and any(s.phase == "measured" for s in r.steps)])
     notes += [n for r in results[:1] if r for n in r.notes]
     notes += end.notes + telemetry_notes(report)
+    trains = cfg.workload.family != "fabric"  # a fabric run has no workload model, no step
     metrics = MetricsFile(
         summary=summary,
         per_rank=[{"rank": r.rank, "status": r.status, "mem_peak_bytes": r.mem_peak_bytes,
@@ -406,11 +407,8 @@ def assemble_bundle(
              for res in streamed if res for s in res.steps if s.phase == "measured"],
             telemetry, device_of, untimed_reason(cfg.engine, cfg.phase_timers)),
         expert_load=expert_load_summary(experts, getattr(cfg.workload, "moe_top_k", 0) or 0,
-                                        cfg.parallel.ep,  # a fabric run has no workload model
-                                        cfg.tokens_per_step if cfg.workload.family != "fabric"
-                                        else None),
-        execution=({} if cfg.workload.family == "fabric"
-                   else engine_spec(cfg.engine).execution(cfg).as_json()),
+                                        cfg.parallel.ep, cfg.tokens_per_step if trains else None),
+        execution=engine_spec(cfg.engine).execution(cfg).as_json() if trains else {},
         notes=notes,
         samplers=[sampler_record(i, n.report) for i, n in enumerate(nodes) if n.report],
     )

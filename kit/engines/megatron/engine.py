@@ -72,12 +72,16 @@ class MegatronEngine(Engine):
         self._cpu_mode: Any = None
         self._speed_notes: list[str] = []
         self._features: frozenset[str] = frozenset()
-        self._graphed = False
         self._execution: Execution | None = None
         self._phases: PhaseTimers | None = None
         self._graph: Any = None
         self._forward_step: Any = _forward_step
         self._expert_load: ExpertLoad | None = None
+
+    @property
+    def _graphed(self) -> bool:
+        """Whether this rank's step is one CUDA graph (False before :meth:`setup`)."""
+        return self._execution is not None and self._execution.graphed
 
     def import_framework(self, cpu: bool) -> None:
         """megatron-core (imported by the spec's ``build``, its fusions' compile deferred)."""
@@ -111,7 +115,7 @@ class MegatronEngine(Engine):
 
         self._features = features.enabled(cfg)
         self._execution = features.execution(cfg)
-        graph = self._graphed = self._execution.graphed
+        graph = self._graphed
         # a CUDA graph replays generators only in their graph-safe form
         tensor_parallel.model_parallel_cuda_manual_seed(
             cfg.seed, **({} if cpu else {"use_cudagraphable_rng": graph, "force_reset_rng": True}))
