@@ -10,6 +10,7 @@ import io
 import json
 import shutil
 import struct
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -230,3 +231,32 @@ def laughing_sweep(levels: int = 9) -> str:
     """A sweep file whose one axis value is a billion-laughs structure."""
     return (billion_laughs(levels) + "base: {workload: gpt3-tiny}\n"
             f"axes:\n  - points:\n      - {{steps: 2, out: *a{levels - 1}}}\n")
+
+
+def kit(monkeypatch: Any, capsys: Any, *args: str) -> tuple[int, str, str]:
+    """Run ``charllm-kit ARGS`` in this process through its console entry point: (exit code,
+    stdout, stderr).
+
+    ``sys.meta_path`` is restored afterwards: the CLI keeps pandas out of its process
+    (kit.arrow_pandas), which later tests in this one may need.
+    """
+    from kit.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["charllm-kit", *args])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error(code: int, err: str) -> str:
+    """The one ``error:`` line of a refusal (exit code 2)."""
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]

@@ -25,7 +25,6 @@ from kit.bundle.budget import BUDGET_ENV
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.bundle.unpack import MAX_EXTENSION_HEADERS, unpack_bundle
 from kit.bundle.writer import write_sums
-from kit.cli import main
 from kit.errors import BundleError
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 from tests.hostile_bundles import (
@@ -36,35 +35,16 @@ from tests.hostile_bundles import (
     copy_bundle,
     edit_footer,
     edit_json,
+    kit,
     laughing_sweep,
     long_strings,
     many_row_groups,
+    one_error,
     reseal,
     zeros_archive,
 )
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def kit(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``charllm-kit ARGS`` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["charllm-kit", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error(code: int, err: str) -> str:
-    """The one ``error:`` line of a refusal (exit code 2)."""
-    assert code == 2, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def test_a_table_of_millions_of_constant_rows_is_refused_from_its_footer(

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.cli import main
 from kit.neutralize import has_control
-from tests.hostile_bundles import copy_bundle, edit_json, reseal
+from tests.hostile_bundles import copy_bundle, edit_json, kit, one_error, reseal
 
 REPO = Path(__file__).resolve().parent.parent
 ESCAPES = "\x1b]0;T\x07\x1b[2K\rok\u202e"
@@ -31,32 +30,6 @@ FORGED = "\n  - none: forged\tline\n# heading"
 """A string's own lines: a comparability line, a tab, and a Markdown heading."""
 LINKS = " [x](javascript:alert(1)) ![](http://remote.example/p.png) **BOLD** `code`"
 """A script link, a remote image (it tells the sender who read the page), emphasis and code."""
-
-
-def kit(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``charllm-kit ARGS`` in this process: (exit code, stdout, stderr).
-
-    ``sys.meta_path`` is restored afterwards: the CLI keeps pandas out of its process
-    (kit.arrow_pandas), which later tests in this one may need.
-    """
-    monkeypatch.setattr(sys, "argv", ["charllm-kit", *args])
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error(code: int, err: str) -> str:
-    """The one ``error:`` line of a refusal (exit code 2)."""
-    assert code == 2, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def _kit_process(*args: str, cwd: Path, path: str | None = None) -> subprocess.CompletedProcess:
