@@ -42,9 +42,9 @@ from kit.analysis.flops import model_flops_per_step
 from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
 from kit.engines.registry import engine_spec
-from kit.spec.detect import detect_platform
-from kit.spec.resolve import RunRequest, resolve
-from kit.spec.workload import WorkloadSpec, padded_vocab_size
+from kit.config.detect import detect_platform
+from kit.config.resolve import RunRequest, resolve
+from kit.config.workload import WorkloadSpec, padded_vocab_size
 
 GiB = 2**30
 

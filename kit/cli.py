@@ -28,7 +28,7 @@ from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_ru
 from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
 from kit.project.request import ProjectionTarget
-from kit.spec.resolve import RunRequest
+from kit.config.resolve import RunRequest
 from kit.study.command import study
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     """
     from kit.cli_tables import next_steps, print_dry_run, print_summary
     from kit.plan import plan_run
-    from kit.spec.resolve import run_request
+    from kit.config.resolve import run_request
 
     req = run_request(workload=workload, **opts)
     plan = plan_run(req, require_present=not dry_run)
@@ -169,7 +169,7 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     from kit.launch.sbatch import absolute_files, job_output, job_runtime, sbatch_script
     from kit.launch.submit import early_failure, follow_job, keep_script, submit_job
     from kit.plan import plan_run
-    from kit.spec.resolve import run_request
+    from kit.config.resolve import run_request
 
     req = absolute_files(run_request(workload=workload, launcher="slurm", **opts))
     plan = plan_run(req, require_present=False)  # the nodes have the devices, not this host
@@ -388,7 +388,7 @@ def platforms_show(name: str) -> None:
 @platforms.command("detect")
 def platforms_detect() -> None:
     """Print which platform this host is."""
-    from kit.spec.detect import detect_platform, local_accelerator_names
+    from kit.config.detect import detect_platform, local_accelerator_names
 
     spec = detect_platform()
     devices = ", ".join(local_accelerator_names()) or "no accelerators"
@@ -420,7 +420,7 @@ def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: s
     the file's path."""
     from kit.project.gemm import SUFFIX, write_gemm_table
     from kit.project.gemm_bench import measure_gemm_table
-    from kit.spec.detect import detect_platform
+    from kit.config.detect import detect_platform
 
     name = platform_name or detect_platform().name
     table = measure_gemm_table(

@@ -38,7 +38,7 @@ class ImpliedRunGroup(click.Group):
 
     def _unknown(self, word: str) -> str:
         """One line for a word that is neither a command nor a workload, with the nearest."""
-        from kit.spec.loader import workload_names
+        from kit.config.loader import workload_names
 
         workloads = workload_names()
         close = difflib.get_close_matches(word, [*self.commands, *workloads], n=1)

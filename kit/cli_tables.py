@@ -8,9 +8,9 @@ from kit.analysis.flops import model_flops_per_step, params_count
 from kit.engines import engine_spec
 from kit.neutralize import safe_table, terminal_safe
 from kit.plan.memory import GIB, MemoryEstimate, fit_refusal, fit_warning
-from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
-from kit.spec.run import ParallelConfig, RunConfig
-from kit.spec.workload import WorkloadSpec
+from kit.config.loader import load_platform, load_workload, platform_names, workload_names
+from kit.config.run import ParallelConfig, RunConfig
+from kit.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
     from kit.launch.session import SessionResult

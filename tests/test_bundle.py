@@ -30,10 +30,10 @@ from kit.bundle import (
     verify_bundle,
 )
 from kit.errors import BundleError, KitInputError
-from kit.spec.platform import PlatformSpec
-from kit.spec.resolve import apply_scaling
-from kit.spec.run import OptimizationConfig, ParallelConfig, RunConfig
-from kit.spec.workload import ScalingRule, WorkloadSpec
+from kit.config.platform import PlatformSpec
+from kit.config.resolve import apply_scaling
+from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
+from kit.config.workload import ScalingRule, WorkloadSpec
 
 BUNDLE_ID = "20261122T091500Z-gpt3-tiny-cpu-abc123"
 

@@ -1,7 +1,7 @@
 """The DeepSpeed config the engine builds from resolved runs, for GPU platforms CI cannot run."""
 
 from kit.engines.deepspeed.config import deepspeed_config
-from kit.spec.resolve import RunRequest, resolve
+from kit.config.resolve import RunRequest, resolve
 
 
 def config_for(**opts) -> dict:
@@ -39,7 +39,7 @@ def test_cpu_offload_steps_with_torch_adamw_in_fp32():
 
 def test_gpu_zero3_keeps_a_small_models_gathered_weights_for_the_step():
     from kit.analysis.flops import params_count
-    from kit.spec.loader import load_workload
+    from kit.config.loader import load_workload
 
     z = config_for(platform="h100", zero=3)["zero_optimization"]
     n = params_count(load_workload("gpt3-1.3b"))

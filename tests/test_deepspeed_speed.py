@@ -9,8 +9,8 @@ import torch
 from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.model import Block, CausalLM
 from kit.engines.kernels.compiled import compile_modules
-from kit.spec.loader import load_workload
-from kit.spec.workload import padded_vocab_size
+from kit.config.loader import load_workload
+from kit.config.workload import padded_vocab_size
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:

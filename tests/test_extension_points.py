@@ -18,9 +18,9 @@ from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.errors import KitInputError
 from kit.launch.session import telemetry_plan
 from kit.plan import plan_run
-from kit.spec.loader import load_platform
-from kit.spec.resolve import RunRequest
-from kit.spec.run import ParallelConfig, RunConfig
+from kit.config.loader import load_platform
+from kit.config.resolve import RunRequest
+from kit.config.run import ParallelConfig, RunConfig
 from kit.telemetry import register_source
 from kit.telemetry.base import FieldInfo, TelemetrySource
 from kit.telemetry.fields import make_row

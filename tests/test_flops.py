@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kit.analysis.flops import model_flops_per_step, params_count
-from kit.spec.loader import load_workload
-from kit.spec.workload import padded_vocab_size
+from kit.config.loader import load_workload
+from kit.config.workload import padded_vocab_size
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -155,7 +155,7 @@ _MEGATRON_PARAMS = textwrap.dedent(
     from megatron.core.transformer.transformer_config import TransformerConfig
     from kit.analysis.flops import params_count
     from kit.engines.megatron import adapter
-    from kit.spec.loader import load_workload
+    from kit.config.loader import load_workload
 
     dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
     parallel_state.initialize_model_parallel()

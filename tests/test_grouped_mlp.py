@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from kit.errors import KitInputError
-from kit.spec.loader import load_workload
-from kit.spec.resolve import RunRequest, resolve
+from kit.config.loader import load_workload
+from kit.config.resolve import RunRequest, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,9 +22,9 @@ from kit.plan.memory import (
     host_memory_bytes,
     predicted_oom,
 )
-from kit.spec.loader import load_workload
-from kit.spec.resolve import RunRequest, resolve
-from kit.spec.run import RunConfig
+from kit.config.loader import load_workload
+from kit.config.resolve import RunRequest, resolve
+from kit.config.run import RunConfig
 
 from .conftest import REPO, why_failed
 
@@ -302,7 +302,7 @@ def test_the_recorded_four_gpu_layouts_warn_only_where_one_ran_out():
     import tarfile
 
     from kit.plan.memory import fit_refusal, fit_warning
-    from kit.spec.loader import load_platform
+    from kit.config.loader import load_platform
 
     h100 = load_platform("h100")
     recorded = REPO / "tests/data/manifests/h100x4-layouts-call1.tar.gz"

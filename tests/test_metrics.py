@@ -6,7 +6,7 @@ import pytest
 from kit.analysis.metrics import step_spans, summarize
 from kit.analysis.power import host_power
 from kit.bundle.schema import STEPS_SCHEMA
-from kit.spec.resolve import RunRequest, resolve
+from kit.config.resolve import RunRequest, resolve
 from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
 
 

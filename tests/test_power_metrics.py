@@ -9,7 +9,7 @@ from kit.analysis.attribution import attribute_samples
 from kit.analysis.metrics import summarize
 from kit.analysis.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA, MetricsFile
-from kit.spec.resolve import RunRequest, resolve
+from kit.config.resolve import RunRequest, resolve
 from kit.telemetry.fields import TELEMETRY_SCHEMA, THROTTLE_BITS, make_row
 
 

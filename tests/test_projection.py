@@ -17,7 +17,7 @@ from kit.project.model import project
 from kit.project.network import place
 from kit.project.request import ProjectionTarget, plan_target
 from kit.project.volumes import stage_collectives
-from kit.spec.loader import load_platform, load_workload
+from kit.config.loader import load_platform, load_workload
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 

@@ -11,7 +11,7 @@ import pytest
 
 from kit.engines import ENGINES, engine_spec
 from kit.errors import KitInputError
-from kit.spec.run import ParallelConfig
+from kit.config.run import ParallelConfig
 
 ORDER = "tp-cp-ep-dp-pp"  # megatron-core's default
 

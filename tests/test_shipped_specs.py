@@ -2,8 +2,8 @@
 
 import pytest
 
-from kit.spec.loader import load_platform, load_workload, platform_names, workload_names
-from kit.spec.workload import WorkloadSpec
+from kit.config.loader import load_platform, load_workload, platform_names, workload_names
+from kit.config.workload import WorkloadSpec
 
 WORKLOADS = {
     "gpt3-175b", "gpt3-13b", "gpt3-2.7b", "gpt3-1.3b", "gpt3-small", "gpt3-tiny",

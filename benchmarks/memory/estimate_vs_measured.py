@@ -27,8 +27,8 @@ from tabulate import tabulate
 
 from kit.bundle.reader import read_bundle
 from kit.plan.memory import estimate_vs_measured
-from kit.spec.loader import load_workload
-from kit.spec.run import RunConfig
+from kit.config.loader import load_workload
+from kit.config.run import RunConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

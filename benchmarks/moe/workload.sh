@@ -6,7 +6,7 @@ if [ "$mem_mib" -lt 120000 ]; then
   W=/tmp/mixtral-8x7b-2l.yaml
   python3 - "$W" <<'PY'
 import sys, yaml
-from kit.spec.loader import load_workload
+from kit.config.loader import load_workload
 spec = load_workload("mixtral-8x7b-4l").model_dump(exclude_none=True)
 spec.update(name="mixtral-8x7b-2l", num_layers=2,
             description="mixtral-8x7b-4l with 2 of its 4 layers (fits an 80 GB card)")

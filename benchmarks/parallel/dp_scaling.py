@@ -44,7 +44,7 @@ def ddp_worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(BENCHMARKS))
     from engine_throughput import TorchGPT  # the same reference model as the one-GPU benchmark
 
-    from kit.spec.loader import load_workload
+    from kit.config.loader import load_workload
 
     cpu = args.cpu
     dist.init_process_group("gloo" if cpu else "nccl")

@@ -171,7 +171,7 @@ def worker(args: argparse.Namespace) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import loss_parallel
 
-    from kit.spec.loader import load_workload
+    from kit.config.loader import load_workload
 
     cpu, dp = args.cpu, args.gpus // args.tp
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -256,7 +256,7 @@ def kit_run(args: argparse.Namespace, dp: int, out: Path) -> dict:
 
 def _refusal(args: argparse.Namespace) -> str | None:
     """Why this layout cannot run, or None."""
-    from kit.spec.loader import load_workload
+    from kit.config.loader import load_workload
 
     w = load_workload(args.workload)
     dp = args.gpus // args.tp
@@ -296,8 +296,8 @@ def main() -> None:
         sys.exit(2)
 
     from kit.analysis.flops import model_flops_per_step
-    from kit.spec.detect import detect_platform
-    from kit.spec.loader import load_workload
+    from kit.config.detect import detect_platform
+    from kit.config.loader import load_workload
 
     dp = args.gpus // args.tp
     device = "CPU (gloo)" if args.cpu else torch.cuda.get_device_name(0)

@@ -36,8 +36,8 @@ def record(out: Path, workload: str, stack: bool) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from kit.engines.megatron.engine import MegatronEngine
-    from kit.spec.detect import detect_platform
-    from kit.spec.resolve import RunRequest, resolve
+    from kit.config.detect import detect_platform
+    from kit.config.resolve import RunRequest, resolve
 
     req = RunRequest(workload=workload, platform=detect_platform().name,
                      micro_batch_size=4, global_batch_size=16, telemetry_interval_ms=0)

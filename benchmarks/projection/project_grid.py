@@ -28,7 +28,7 @@ from kit.errors import KitInputError
 from kit.project.file import SUFFIX, ProjectionFile, write_projection
 from kit.project.model import project
 from kit.project.request import ProjectionTarget
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 from kit.sweep.plan import plan_sweep
 from kit.sweep.spec import load_sweep
 

@@ -3,7 +3,7 @@
 Model FLOPs follow Megatron-LM's ``num_floating_point_operations`` (function
 ``transformer_flops``, standard-attention branch) in ``megatron/training/training.py``,
 NVIDIA/Megatron-LM commit ``001b00c2734d8f0fad096fe48a382fedf755d321``, restricted to what a
-:class:`~kit.spec.workload.WorkloadSpec` can describe: no multi-latent attention, no
+:class:`~kit.config.workload.WorkloadSpec` can describe: no multi-latent attention, no
 multi-token prediction, no shared experts, no latent MoE, no linear attention, no attention
 output gate, every layer's MLP a MoE when the workload has experts (``moe_layer_freq`` 1).
 
@@ -12,7 +12,7 @@ hidden size, ``n`` attention heads, ``g`` key/value groups, ``d = h / n`` (megat
 ``kv_channels``), ``q = d n`` query projection width, ``kv = d g`` key (and value) projection
 width, ``f`` FFN hidden size (per expert), ``k`` experts each token is routed to (1 when
 dense), ``e = 3`` for a gated MLP (SwiGLU: h->2f and f->h GEMMs) else ``2`` (h->f and f->h),
-``V`` vocabulary padded by :func:`kit.spec.workload.padded_vocab_size`::
+``V`` vocabulary padded by :func:`kit.config.workload.padded_vocab_size`::
 
     F = 3 * 2 * B * s * ( L * [ h (q + 2 kv)        QKV projection (grouped-query)
                               + q s                 QK^T and (QK^T)V: 2 GEMMs x s/2 (causal)
@@ -33,7 +33,7 @@ identical except that its attention-score term is twice ours (``2 q s``, no caus
 numbers from such logs are higher by ``6 B s L q s``.
 """
 
-from kit.spec.workload import WorkloadSpec, padded_vocab_size
+from kit.config.workload import WorkloadSpec, padded_vocab_size
 
 
 def model_flops_per_step(workload: WorkloadSpec, global_batch_size: int, tp: int = 1) -> float:

@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.bundle.reader import Bundle
 from kit.errors import BundleError
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (

@@ -15,7 +15,7 @@ import pyarrow as pa
 from kit.analysis.attribution import MEASURED, step_windows
 from kit.analysis.flops import model_flops_per_step
 from kit.analysis.power import device_metrics, host_power
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 GIB = 1024**3
 

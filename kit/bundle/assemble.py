@@ -37,7 +37,7 @@ from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.rankfile import SCRATCH, RankResult, read_rank_result, recover_rank_result
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 from kit.telemetry.fields import TELEMETRY_FIELDS
 from kit.telemetry.sampler import REPORT_NAME, SamplerReport
 

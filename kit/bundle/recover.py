@@ -30,7 +30,7 @@ from kit.launch.rankfile import (
     running_ranks,
     unpublished_reason,
 )
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 from kit.telemetry.sampler import SamplerReport
 
 UNSEEN_EXITS = "rank exit codes and times were not seen"

@@ -31,7 +31,7 @@ from kit.bundle.schema import Manifest, MetricsFile, Redaction
 from kit.bundle.verify import verify_bundle
 from kit.bundle.writer import bundle_files, write_json, write_sums
 from kit.errors import BundleError
-from kit.spec.loader import describe_validation_error
+from kit.config.loader import describe_validation_error
 
 
 def _is_chakra_et(rel: str) -> bool:

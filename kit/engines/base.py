@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 def rank_device(cpu: bool, local_rank: int) -> torch.device:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 STRIDES = (1, 2, 3, 5, 7)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from kit.engines.execution import EAGER, Execution
 from kit.errors import KitInputError
-from kit.spec.run import ParallelConfig, RunConfig
+from kit.config.run import ParallelConfig, RunConfig
 
 if TYPE_CHECKING:
     from kit.engines.base import Engine

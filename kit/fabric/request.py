@@ -3,9 +3,9 @@
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
-from kit.spec.loader import describe_validation_error
-from kit.spec.resolve import RunRequest
-from kit.spec.run import Launcher
+from kit.config.loader import describe_validation_error
+from kit.config.resolve import RunRequest
+from kit.config.run import Launcher
 
 _RUN = RunRequest.model_fields
 

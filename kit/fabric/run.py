@@ -14,9 +14,9 @@ from kit.fabric.spec import (
 )
 from kit.launch.launchers import launch_run
 from kit.launch.session import SessionResult
-from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
-from kit.spec.loader import load_platform
-from kit.spec.run import OptimizationConfig, ParallelConfig, RunConfig
+from kit.config.detect import detect_platform, local_accelerator_names, platform_present
+from kit.config.loader import load_platform
+from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
 
 WORKER = "kit.fabric.worker"
 

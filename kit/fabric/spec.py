@@ -1,6 +1,6 @@
 """What a fabric run measures: which collectives, at which message sizes.
 
-A fabric run is a :class:`~kit.spec.run.RunConfig` whose workload slot holds a
+A fabric run is a :class:`~kit.config.run.RunConfig` whose workload slot holds a
 :class:`FabricSpec` (``family: fabric``) instead of a model, so it launches, samples telemetry
 and publishes its bundle through the same code as training. Its ranks form one group of
 ``world_size``; ``steps`` and ``warmup`` are the timed and untimed iterations per size.

@@ -17,7 +17,7 @@ import threading
 
 import torch.distributed as dist
 
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 EARLY_GROUP_ENV = "CHARLLM_EARLY_PROCESS_GROUP"
 

@@ -42,7 +42,7 @@ from kit.launch.local import (
 from kit.launch.rankfile import AGENTS_DIR
 from kit.launch.rendezvous import NodeRole
 from kit.launch.signals import SignalCounter
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 EXIT_BARRIER_S = 5.0
 """How long an agent whose ranks all exited 0 waits for the other agents (torch's exit barrier).

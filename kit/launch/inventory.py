@@ -13,8 +13,8 @@ from typing import Any
 import psutil
 
 from kit.bundle.schema import NodeInventory
-from kit.spec import visible_devices
-from kit.spec.detect import node_accelerators
+from kit.config import visible_devices
+from kit.config.detect import node_accelerators
 
 ENGINE_PACKAGES = ("megatron-core", "deepspeed", "transformer-engine", "zeus")
 

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from kit.launch.local import WORKER
 from kit.launch.session import SessionResult
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 class NodePlace(Protocol):

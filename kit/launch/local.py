@@ -25,7 +25,7 @@ from pathlib import Path
 from kit.launch import rank_fork
 from kit.launch.rank_fork import ForkedRank
 from kit.launch.signals import SignalCounter
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 FAILURE_GRACE_S = 10.0
 """After a rank fails: how long its peers get to end before they are killed."""

@@ -52,7 +52,7 @@ from kit.launch.session import (
 )
 from kit.launch.signals import SignalCounter
 from kit.launch.watchdog import stall_end, stall_watchdog
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 from kit.telemetry.sampler import SamplerReport
 
 SHARED_TOKEN = f"{NODES_DIR}/shared-folder-token"

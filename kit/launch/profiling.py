@@ -32,7 +32,7 @@ from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, re
 
 from kit.atomic_write import write_atomic
 from kit.launch.rankfile import RANKS_DIR, StepRecord
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 PROFILE_DIR = "profile"
 CHAKRA_DIR = "chakra"

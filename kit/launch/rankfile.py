@@ -21,7 +21,7 @@ from typing import IO, Any
 import psutil
 
 from kit.atomic_write import write_atomic
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 CONFIG_FILE = "run-config.json"
 RANKS_DIR = "ranks"

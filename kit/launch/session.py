@@ -38,7 +38,7 @@ from kit.launch.rankfile import (
 from kit.launch.signals import SignalCounter
 from kit.launch.watchdog import StallWatchdog, stall_end, stall_watchdog
 from kit.lifecycle import Marks, describe, launcher_marks
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.edges import EDGE_ENV, SAMPLER_START_TIMEOUT_S, mark_sampler_ready

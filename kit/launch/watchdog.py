@@ -61,7 +61,7 @@ from kit.launch.stall_evidence import (
     py_spy_dumps,
     request_stacks,
 )
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 if TYPE_CHECKING:  # the bundle's assembly is imported while the ranks start (kit.launch.session)
     from kit.bundle.assemble import RunEnd

@@ -39,7 +39,7 @@ from kit.launch.rankfile import (
 )
 from kit.launch.stall_dumps import arm_stall_dumps
 from kit.measure_window import MAX_EXTENSION
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.edges import poke_sampler, wait_for_sampler
 from kit.telemetry.zeus import ZeusStepEnergy

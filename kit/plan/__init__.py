@@ -7,8 +7,8 @@ accepts is one ``run`` accepts, for the same reasons in the same words.
 from dataclasses import dataclass
 
 from kit.plan.memory import MemoryEstimate, estimate_memory, fit_refusal, fit_warning
-from kit.spec.resolve import RunRequest, resolve
-from kit.spec.run import RunConfig
+from kit.config.resolve import RunRequest, resolve
+from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

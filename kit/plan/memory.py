@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from kit.engines import engine_spec
 from kit.engines.registry import BytesPerParameter, Sharding
-from kit.spec.run import RunConfig
-from kit.spec.workload import padded_vocab_size
+from kit.config.run import RunConfig
+from kit.config.workload import padded_vocab_size
 
 GIB = 1024**3
 
@@ -364,7 +364,7 @@ def estimate_memory(cfg: RunConfig, zero_stage: int | None = None) -> MemoryEsti
     """Estimate per-device memory of ``cfg`` and whether it fits its platform.
 
     Args:
-        cfg: A resolved run (:func:`kit.spec.resolve.resolve`).
+        cfg: A resolved run (:func:`kit.config.resolve.resolve`).
         zero_stage: DeepSpeed ZeRO stage for the deepspeed engine; ``None`` takes the config's.
 
     Returns:

@@ -32,7 +32,7 @@ from kit.analysis.flops import model_flops_per_step
 from kit.plan.memory import stage_parameters
 from kit.project.sources import UNPROFILED, MeasuredRun
 from kit.project.volumes import layers_per_stage
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 _TP_SPLIT = ("MatMul", "attention", UNPROFILED)
 """Categories every TP rank runs on its own shard; the rest are sharded only with SP."""

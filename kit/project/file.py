@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS, FieldSource, Manifest, MetricsFile, RankRecord
 from kit.errors import BundleError
-from kit.spec.loader import describe_validation_error
+from kit.config.loader import describe_validation_error
 
 SUFFIX = ".projection.json"
 KIND = "charllm-kit projection"
@@ -153,7 +153,7 @@ def write_projection(projection: ProjectionFile, path: Path) -> Path:
 def _ranks(config: dict[str, Any]) -> list[RankRecord]:
     """Rank records of the target layout (megatron-core's order), none of them run."""
     from kit.engines import engine_spec
-    from kit.spec.run import ParallelConfig
+    from kit.config.run import ParallelConfig
 
     parallel = ParallelConfig.model_validate(config["parallel"])
     per_node = config.get("devices_per_node") or parallel.world_size

@@ -34,8 +34,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
-from kit.spec.run import RunConfig
-from kit.spec.workload import padded_vocab_size
+from kit.config.run import RunConfig
+from kit.config.workload import padded_vocab_size
 
 SUFFIX = ".gemm.json"
 KIND = "charllm-kit gemm table"

@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from kit.errors import KitInputError
 from kit.project.gemm import Gemm, GemmPoint, GemmTable, logits_gemms, stage_gemms
 from kit.project.request import ProjectionTarget, plan_target
-from kit.spec.loader import load_platform, load_workload
-from kit.spec.platform import PlatformSpec
+from kit.config.loader import load_platform, load_workload
+from kit.config.platform import PlatformSpec
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 WARMUP = 3

@@ -25,9 +25,9 @@ from pathlib import Path
 from kit.errors import KitInputError
 from kit.project.gemm import GemmTable, read_gemm_table, shipped_table, stage_gemms
 from kit.project.sources import UNPROFILED, MeasuredRun
-from kit.spec.loader import load_platform
-from kit.spec.platform import PlatformSpec
-from kit.spec.run import RunConfig
+from kit.config.loader import load_platform
+from kit.config.platform import PlatformSpec
+from kit.config.run import RunConfig
 
 MEMORY_BOUND = ("norm", "elementwise/memory", "other")
 

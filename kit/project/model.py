@@ -39,8 +39,8 @@ from kit.project.sources import UNPROFILED, Inputs, MeasuredRun, read_inputs
 from kit.project.span import Span
 from kit.project.step import StepModel, assemble, stage_step
 from kit.project.volumes import stage_collectives
-from kit.spec.loader import load_platform
-from kit.spec.run import RunConfig
+from kit.config.loader import load_platform
+from kit.config.run import RunConfig
 
 _NOT_ARCHITECTURE = frozenset({"name", "description", "num_layers", "micro_batch_size",
                                "global_batch_size", "scaling", "moe_capacity_factor",

@@ -36,8 +36,8 @@ from kit.fabric.results import FabricResults
 from kit.fabric.spec import CollectiveOp
 from kit.project.span import ZERO, Span
 from kit.project.volumes import Collective, Group
-from kit.spec.platform import PlatformSpec
-from kit.spec.run import RunConfig
+from kit.config.platform import PlatformSpec
+from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from kit.project.sources import MeasuredRun
 from kit.project.span import Span
 from kit.project.step import StepModel
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import KitInputError
-from kit.spec.platform import PlatformSpec
-from kit.spec.resolve import RunRequest, run_request
-from kit.spec.run import Recompute
-from kit.spec.workload import WorkloadSpec
+from kit.config.platform import PlatformSpec
+from kit.config.resolve import RunRequest, run_request
+from kit.config.run import Recompute
+from kit.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
     from kit.plan import RunPlan

@@ -36,7 +36,7 @@ from kit.engines.execution import execution_of
 from kit.errors import KitInputError
 from kit.fabric.results import read_fabric
 from kit.project.network import MeasuredFabric
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 UNPROFILED = "unprofiled"
 """The compute category of a run without a profile: its whole step."""

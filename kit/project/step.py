@@ -33,7 +33,7 @@ from kit.project.host import p2p_sync_s
 from kit.project.network import Links
 from kit.project.span import ZERO, Span, span_max, span_sum
 from kit.project.volumes import Collective
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,8 @@ from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
 from kit.engines.registry import engine_spec
 from kit.fabric.spec import CollectiveOp
 from kit.plan.memory import element_bytes, stage_parameters
-from kit.spec.run import RunConfig
-from kit.spec.workload import WorkloadSpec, padded_vocab_size
+from kit.config.run import RunConfig
+from kit.config.workload import WorkloadSpec, padded_vocab_size
 
 Group = Literal["tp", "cp", "ep", "dp", "expert_dp", "pp", "embedding"]
 """Which ranks a collective runs among (kit.project.network places each group on nodes)."""

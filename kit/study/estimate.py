@@ -10,7 +10,7 @@ the estimate of the points left scaled by how the finished ones compared with th
 """
 
 from kit.analysis.flops import model_flops_per_step
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 GPU_STARTUP_S = 25.0
 CPU_STARTUP_S = 33.0

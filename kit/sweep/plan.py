@@ -18,9 +18,9 @@ from pydantic import ValidationError
 from kit.errors import KitInputError
 from kit.plan import plan_run
 from kit.plan.memory import MemoryEstimate
-from kit.spec.loader import describe_validation_error, load_platform, load_workload
-from kit.spec.resolve import RunRequest, run_request
-from kit.spec.run import RunConfig
+from kit.config.loader import describe_validation_error, load_platform, load_workload
+from kit.config.resolve import RunRequest, run_request
+from kit.config.run import RunConfig
 from kit.sweep.spec import SweepSpec
 
 # Short forms of field names in point ids; other fields use their own name.

@@ -22,7 +22,7 @@ from kit.telemetry.base import FieldInfo, TelemetryNotSupportedError, TelemetryS
 from kit.telemetry.fields import CANONICAL_FIELDS, TELEMETRY_SCHEMA
 
 if TYPE_CHECKING:
-    from kit.spec.run import RunConfig
+    from kit.config.run import RunConfig
 
 
 def resolve_trace(trace: str) -> Path:

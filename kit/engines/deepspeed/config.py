@@ -26,8 +26,8 @@ and step in host buffers, gradients copied out) is the same.
 from typing import Any
 
 from kit.analysis.flops import params_count
-from kit.spec.run import RunConfig
-from kit.spec.workload import WorkloadSpec
+from kit.config.run import RunConfig
+from kit.config.workload import WorkloadSpec
 
 GiB = 2**30
 

@@ -30,8 +30,8 @@ from kit.engines.deepspeed.model import (
 )
 from kit.engines.kernels.compiled import compile_modules
 from kit.engines.kernels.deferred_compile import deferred_torch_compile
-from kit.spec.run import RunConfig
-from kit.spec.workload import padded_vocab_size
+from kit.config.run import RunConfig
+from kit.config.workload import padded_vocab_size
 
 
 class DeepSpeedEngine(Engine):

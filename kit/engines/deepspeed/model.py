@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from kit.spec.workload import WorkloadSpec
+from kit.config.workload import WorkloadSpec
 
 INIT_STD = 0.02
 NORM_EPS = 1e-5

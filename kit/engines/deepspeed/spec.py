@@ -6,7 +6,7 @@ with a one-line reason instead of failing inside DeepSpeed.
 """
 
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
-from kit.spec.run import ParallelConfig, RunConfig
+from kit.config.run import ParallelConfig, RunConfig
 
 SPEED_FEATURES = ("compile", "cross_entropy")
 """GPU speed features of the deepspeed engine (kit.engines.deepspeed.speed)."""

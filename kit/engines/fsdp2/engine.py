@@ -27,8 +27,8 @@ from kit.engines.deepspeed.model import Block, CausalLM, drawing_on, is_block
 from kit.engines.deepspeed.speed import loss_function
 from kit.engines.fsdp2.spec import accumulates_unsharded
 from kit.engines.kernels.features import chosen_features
-from kit.spec.run import RunConfig
-from kit.spec.workload import padded_vocab_size
+from kit.config.run import RunConfig
+from kit.config.workload import padded_vocab_size
 
 DEFAULT = frozenset({"cross_entropy"})
 """On by default on NVIDIA GPUs. Compiled blocks are not: on 2 H200s they made gpt3-1.3b DP2

@@ -7,7 +7,7 @@ layouts that need model parallelism are refused here with a one-line reason.
 
 from kit.analysis.flops import params_count
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
-from kit.spec.run import ParallelConfig, RunConfig
+from kit.config.run import ParallelConfig, RunConfig
 
 SPEED_FEATURES = ("compile", "cross_entropy")
 """GPU speed features of the fsdp2 engine: ``torch.compile`` of every transformer block before

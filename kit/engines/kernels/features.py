@@ -1,6 +1,6 @@
 """Which of an engine's speed features a run gets: the one rule both engines start from."""
 
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 def chosen_features(cfg: RunConfig, nvidia: frozenset[str], amd: frozenset[str]) -> frozenset[str]:

@@ -27,7 +27,7 @@ from kit.engines.megatron.expert_load import ExpertLoad
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 def _loss_func(

@@ -7,7 +7,7 @@ builds exactly that, and a projection of another layout knows how its target wou
 
 from kit.engines.execution import EAGER, GRAPHED, Execution
 from kit.engines.kernels.features import chosen_features
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
                   "foreach_optim", "compile", "grouped_gemm", "sync_free_permute",

@@ -4,7 +4,7 @@ from kit.engines.execution import Execution
 from kit.engines.megatron import adapter, features
 from kit.engines.megatron.features import SPEED_FEATURES
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
-from kit.spec.run import ParallelConfig, RunConfig
+from kit.config.run import ParallelConfig, RunConfig
 
 GRAD_BUCKET_ELEMENTS = 40_000_000
 """Gradient elements per DDP bucket under ``--overlap`` (megatron-core's default size); without

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from kit.engines.kernels.compiled import compile_modules
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:

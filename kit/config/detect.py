@@ -2,9 +2,9 @@
 
 from functools import lru_cache
 
-from kit.spec import visible_devices
-from kit.spec.loader import load_platform, platform_names
-from kit.spec.platform import PlatformSpec
+from kit.config import visible_devices
+from kit.config.loader import load_platform, platform_names
+from kit.config.platform import PlatformSpec
 
 SOURCE_VENDORS: dict[str, str] = {"nvml": "nvidia", "amdsmi": "amd"}
 """Telemetry backends that list a vendor's accelerators, for its visible-device variables."""
@@ -26,7 +26,7 @@ def node_accelerators() -> tuple[str, tuple[str, ...]]:
 
 def local_accelerator_names() -> tuple[str, ...]:
     """Names of the accelerators this process may use: the node's, less those the vendor's
-    visible-device variables hide (:mod:`kit.spec.visible_devices`)."""
+    visible-device variables hide (:mod:`kit.config.visible_devices`)."""
     vendor, names = node_accelerators()
     return visible_devices.select(names, vendor) if names else ()
 

@@ -4,8 +4,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kit.spec.bounds import MAX_DEVICES_PER_NODE, MAX_GIB, MAX_RATE
-from kit.spec.workload import PlainText, ScalingRule
+from kit.config.bounds import MAX_DEVICES_PER_NODE, MAX_GIB, MAX_RATE
+from kit.config.workload import PlainText, ScalingRule
 
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 """An environment variable's name as a shell takes it after ``export``."""

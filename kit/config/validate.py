@@ -1,6 +1,6 @@
 """Layout rules with megatron-core's semantics, each violation one line that says how to fix it."""
 
-from kit.spec.run import RunConfig
+from kit.config.run import RunConfig
 
 
 def layout_violations(cfg: RunConfig) -> list[str]:

@@ -6,11 +6,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
 from kit.measure_window import default_min_measured_s
-from kit.spec.bounds import MAX_BATCH, MAX_RANKS, MAX_SECONDS, MAX_STEPS
-from kit.spec.detect import detect_platform, local_accelerator_names, platform_present
-from kit.spec.loader import describe_validation_error, load_platform, load_workload
-from kit.spec.platform import PlatformSpec
-from kit.spec.run import (
+from kit.config.bounds import MAX_BATCH, MAX_RANKS, MAX_SECONDS, MAX_STEPS
+from kit.config.detect import detect_platform, local_accelerator_names, platform_present
+from kit.config.loader import describe_validation_error, load_platform, load_workload
+from kit.config.platform import PlatformSpec
+from kit.config.run import (
     Launcher,
     OptimizationConfig,
     ParallelConfig,
@@ -18,8 +18,8 @@ from kit.spec.run import (
     RecomputeMethod,
     RunConfig,
 )
-from kit.spec.validate import layout_violations
-from kit.spec.workload import ScalingRecord, WorkloadSpec
+from kit.config.validate import layout_violations
+from kit.config.workload import ScalingRecord, WorkloadSpec
 
 
 class RunRequest(BaseModel):

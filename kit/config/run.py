@@ -5,9 +5,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.fabric.spec import FabricSpec
-from kit.spec.bounds import MAX_STEPS
-from kit.spec.platform import Dtype, PlatformSpec
-from kit.spec.workload import ScalingRecord, WorkloadSpec
+from kit.config.bounds import MAX_STEPS
+from kit.config.platform import Dtype, PlatformSpec
+from kit.config.workload import ScalingRecord, WorkloadSpec
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ValidationError
 
 from kit.errors import KitInputError
 from kit.paths import platforms_dir, workloads_dir
-from kit.spec.platform import PlatformSpec
-from kit.spec.workload import WorkloadSpec
+from kit.config.platform import PlatformSpec
+from kit.config.workload import WorkloadSpec
 
 M = TypeVar("M", bound=BaseModel)
 
