@@ -27,7 +27,7 @@ from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
 from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
-from kit.project.request import ProjectionTarget
+from kit.projection.request import ProjectionTarget
 from kit.config.resolve import RunRequest
 from kit.study.command import study
 
@@ -418,8 +418,8 @@ def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: s
     MatMul time by shape; docs/projection.md). Says its estimate and progress on stderr; on a
     CPU host, refuses default shapes that would take over 5 minutes. The last stdout line is
     the file's path."""
-    from kit.project.gemm import SUFFIX, write_gemm_table
-    from kit.project.gemm_bench import measure_gemm_table
+    from kit.projection.gemm import SUFFIX, write_gemm_table
+    from kit.projection.gemm_bench import measure_gemm_table
     from kit.config.detect import detect_platform
 
     name = platform_name or detect_platform().name
@@ -683,7 +683,7 @@ def project(bundles: tuple[Path, ...], out: Path, as_json: bool, **opts: object)
     projected-bundle file that compare and report show beside measured ones, marked as
     projected. The last stdout line is its path; see docs/projection.md.
     """
-    from kit.project.show import projection_text, run_projection
+    from kit.projection.show import projection_text, run_projection
 
     check_output_dir(out)
     target = ProjectionTarget(**opts)  # type: ignore[arg-type]

@@ -11,9 +11,9 @@ import pytest
 
 from kit.bundle.reader import read_bundle
 from kit.fabric.bandwidth import bus_factor
-from kit.project.model import project
-from kit.project.request import ProjectionTarget
-from kit.project.sources import measured_run
+from kit.projection.model import project
+from kit.projection.request import ProjectionTarget
+from kit.projection.sources import measured_run
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 
@@ -230,7 +230,7 @@ def test_the_gemm_table_holds_every_layer_gemm_of_each_tp_degree(gemm_table):
 @pytest.mark.timeout(900)
 def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, fabric,
                                                                           gemm_table):
-    from kit.project.gemm import read_gemm_table, stage_gemms
+    from kit.projection.gemm import read_gemm_table, stage_gemms
     from kit.config.run import RunConfig
 
     own = project([dp1, gemm_table], ProjectionTarget(), ["test"])
@@ -287,7 +287,7 @@ def _cpu_kind(folder: Path, name: str, bandwidth: float, peak: float) -> Path:
 @pytest.mark.timeout(900)
 def test_across_kinds_memory_bound_kernels_follow_the_bandwidth_and_gemms_the_tables(
         tmp_path_factory):
-    from kit.project.gemm import read_gemm_table, stage_gemms
+    from kit.projection.gemm import read_gemm_table, stage_gemms
     from kit.config.run import RunConfig
 
     folder = tmp_path_factory.mktemp("kinds")

@@ -1,8 +1,8 @@
-"""The host-coupling factor of a projection (kit.project.host) on hand-picked step samples."""
+"""The host-coupling factor of a projection (kit.projection.host) on hand-picked step samples."""
 
 import pytest
 
-from kit.project.host import coupling, expected_max
+from kit.projection.host import coupling, expected_max
 
 
 def test_expected_max_of_two_draws_is_the_mean_over_every_ordered_pair():

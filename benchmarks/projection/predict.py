@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from points import POINTS, WORKLOAD, point_name, target_fields  # noqa: E402
 
 from kit.errors import KitInputError  # noqa: E402
-from kit.project.file import SUFFIX, write_projection  # noqa: E402
-from kit.project.model import project  # noqa: E402
-from kit.project.request import ProjectionTarget  # noqa: E402
+from kit.projection.file import SUFFIX, write_projection  # noqa: E402
+from kit.projection.model import project  # noqa: E402
+from kit.projection.request import ProjectionTarget  # noqa: E402
 
 
 def measured_configs(folder: Path) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@
         [--out benchmarks/projection/results] SWEEP.yaml...
 
 Every valid point of each sweep file (sweeps/h200-parallelism.yaml: 32 H200s, 4 nodes;
-sweeps/h100-parallelism.yaml: 64 H100s, 8 nodes) is projected (kit.project) from the bundles
+sweeps/h100-parallelism.yaml: 64 H100s, 8 nodes) is projected (kit.projection) from the bundles
 found under the DIRs that were measured on the sweep's platform: training runs of the point's
 architecture at any depth (e.g. mixtral-8x7b-4l for mixtral-8x7b, a 4-layer gpt3-175b for
 gpt3-175b) and fabric bundles. A point with no such run is listed with the reason. Writes, per
@@ -25,9 +25,9 @@ from tabulate import tabulate
 from kit.analysis.compare import layout_label
 from kit.analysis.report import write_report
 from kit.errors import KitInputError
-from kit.project.file import SUFFIX, ProjectionFile, write_projection
-from kit.project.model import project
-from kit.project.request import ProjectionTarget
+from kit.projection.file import SUFFIX, ProjectionFile, write_projection
+from kit.projection.model import project
+from kit.projection.request import ProjectionTarget
 from kit.config.run import RunConfig
 from kit.sweep.plan import plan_sweep
 from kit.sweep.spec import load_sweep

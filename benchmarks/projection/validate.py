@@ -26,8 +26,8 @@ from tabulate import tabulate  # noqa: E402
 
 from kit.analysis.kernels import read_breakdowns  # noqa: E402
 from kit.bundle.reader import Bundle, read_bundle  # noqa: E402
-from kit.project.file import SUFFIX, ProjectionFile, read_projection  # noqa: E402
-from kit.project.sources import device_power  # noqa: E402
+from kit.projection.file import SUFFIX, ProjectionFile, read_projection  # noqa: E402
+from kit.projection.sources import device_power  # noqa: E402
 
 TOLERANCE = 0.10
 """Issue 29's bar: within 10% of the measured step time and mean power (issue 37 asks 15% of

@@ -209,7 +209,7 @@ def _image_checks(bundles: list[Bundle]) -> list[Check]:
 
 def _projected_checks(bundles: list[Bundle]) -> list[Check]:
     """Projections, each with the bundles it scaled."""
-    return [Check("projected", f"{b.path.name} is PROJECTED, not measured (kit.project), from "
+    return [Check("projected", f"{b.path.name} is PROJECTED, not measured (kit.projection), from "
                   + ", ".join(f"{i.bundle} ({i.role})" for i in b.projection.inputs
                               if i.role != "unused"))
             for b in bundles if b.projection is not None]

@@ -8,7 +8,7 @@ because of ``--allow-unverified``. Each group reports, per canonical metric, the
 minimum and maximum over the runs that measured it, and ``n``, how many did; a metric no run
 measured is ``None`` (shown as ``n/a``), never 0. Every bundle is verified (each file hashed,
 each schema checked) before it is used; the figures come from ``manifest.json`` and
-``metrics.json`` alone. A projection file (``charllm-kit project``, kit.project.file) is read
+``metrics.json`` alone. A projection file (``charllm-kit project``, kit.projection.file) is read
 in place of a bundle: it is a group of its own, marked projected, and its figures' range is the
 projection's interval instead of repeats'. A sweep folder given among the bundles stands for
 its bundles (:mod:`kit.analysis.inputs`). A bundle given from two folders (one bundle id) is one
@@ -37,7 +37,7 @@ from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
 from kit.neutralize import control_problem, neutral_data, terminal_safe
-from kit.project.file import is_projection_file, projected_bundle
+from kit.projection.file import is_projection_file, projected_bundle
 from kit.telemetry.fields import THROTTLE_BITS
 
 
@@ -161,7 +161,7 @@ class Group:
 
     @property
     def projected(self) -> bool:
-        """Whether the group is a projection (kit.project), not measured runs."""
+        """Whether the group is a projection (kit.projection), not measured runs."""
         return self.bundles[0].projection is not None
 
     def ending(self) -> str:

@@ -62,7 +62,7 @@ from kit.analysis.side_by_side import fabric_curves
 from kit.analysis.stragglers import straggler_line
 from kit.bundle.reader import Bundle
 from kit.neutralize import markdown_safe, safe_table
-from kit.project.file import projection_facts
+from kit.projection.file import projection_facts
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from kit.config.loader import describe_validation_error
 from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 if TYPE_CHECKING:
-    from kit.project.file import ProjectionFile
+    from kit.projection.file import ProjectionFile
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,7 +48,7 @@ class Bundle:
             when it was read anyway (``--allow-unverified``, see
             :func:`kit.bundle.verified.read_verified_bundle`); None otherwise.
         projection: Set when this is not a measured bundle but a projection file
-            (kit.project.file.projected_bundle): the model's figures, intervals and inputs.
+            (kit.projection.file.projected_bundle): the model's figures, intervals and inputs.
             It has no steps, telemetry or profile.
     """
 

@@ -64,7 +64,7 @@ from kit.config.run import RunConfig
 from kit.config.workload import WorkloadSpec, padded_vocab_size
 
 Group = Literal["tp", "cp", "ep", "dp", "expert_dp", "pp", "embedding"]
-"""Which ranks a collective runs among (kit.project.network places each group on nodes)."""
+"""Which ranks a collective runs among (kit.projection.network places each group on nodes)."""
 Scope = Literal["micro_batch", "step"]
 Overlap = Literal["none", "dp_grad", "dp_param"]
 """What a collective can hide behind: nothing (blocking in the critical path, as every TP, SP,

@@ -1,6 +1,6 @@
 """A projected quantity as a point estimate inside the interval its assumptions allow.
 
-Every term of the model (kit.project.model) is a :class:`Span`: ``point`` is the estimate under
+Every term of the model (kit.projection.model) is a :class:`Span`: ``point`` is the estimate under
 the model's central assumption, ``low`` and ``high`` the values under the assumptions the
 measurements cannot rule out (docs/projection.md lists each one). Adding spans adds each end;
 the interval is therefore the range of the model's own alternatives, not a statistical

@@ -2,7 +2,7 @@
 
 A TP shard's GEMMs are smaller than one GPU's and run below its rate, so the one-GPU MatMul
 seconds scaled by FLOPs alone under-predict a sharded layer. A *GEMM table*
-(``<platform>.gemm.json``, written by ``charllm-kit platforms gemm``, kit.project.gemm_bench)
+(``<platform>.gemm.json``, written by ``charllm-kit platforms gemm``, kit.projection.gemm_bench)
 holds the achieved TFLOP/s of ``torch.matmul`` in the platform's dtype at each shape a layer
 makes. The MatMul seconds of a target stage are then::
 

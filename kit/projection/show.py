@@ -6,9 +6,9 @@ from pathlib import Path
 
 from kit.analysis.compare_format import format_value
 from kit.neutralize import safe_table, terminal_safe
-from kit.project.file import SUFFIX, ProjectionFile, memory_estimate_text, write_projection
-from kit.project.model import project
-from kit.project.request import ProjectionTarget
+from kit.projection.file import SUFFIX, ProjectionFile, memory_estimate_text, write_projection
+from kit.projection.model import project
+from kit.projection.request import ProjectionTarget
 
 _SHOWN = (("step_time_s", "step time", "s"), ("tokens_per_s", "tokens/s", ""),
           ("tflops_per_gpu", "TFLOP/s per device", ""), ("mfu", "MFU", "fraction"),
@@ -42,7 +42,7 @@ def _cell(p: ProjectionFile, key: str, unit: str) -> str:
 
 
 def _host_text(step: dict) -> str:
-    """The host-paced ranks' mutual waiting (kit.project.host), where the step has it."""
+    """The host-paced ranks' mutual waiting (kit.projection.host), where the step has it."""
     low, point, high = step.get("host_coupling") or (1.0, 1.0, 1.0)
     if high <= 1.0:
         return ""

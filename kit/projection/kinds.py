@@ -1,9 +1,9 @@
 """How a measured run's compute categories change on the target: GEMM shapes, and GPU kind.
 
-Per target stage, each compute category's seconds (kit.project.compute, already scaled by the
+Per target stage, each compute category's seconds (kit.projection.compute, already scaled by the
 work) are multiplied by a factor:
 
-* **MatMul**, where a GEMM table (kit.project.gemm) exists for the source kind and for the
+* **MatMul**, where a GEMM table (kit.projection.gemm) exists for the source kind and for the
   target kind (the same table when they are one kind): ``eff_source(source run's GEMMs) /
   eff_target(target stage's GEMMs)``. Without one and on the same kind: 1 (the measured
   efficiency at every shape, as before), said in the assumptions.
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.errors import KitInputError
-from kit.project.gemm import GemmTable, read_gemm_table, shipped_table, stage_gemms
-from kit.project.sources import UNPROFILED, MeasuredRun
+from kit.projection.gemm import GemmTable, read_gemm_table, shipped_table, stage_gemms
+from kit.projection.sources import UNPROFILED, MeasuredRun
 from kit.config.loader import load_platform
 from kit.config.platform import PlatformSpec
 from kit.config.run import RunConfig

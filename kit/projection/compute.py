@@ -1,6 +1,6 @@
 """Device compute of the target layout, per pipeline stage and micro-batch, from a measured one.
 
-Each compute category's measured seconds (kit.project.sources) become a *rate*: seconds per
+Each compute category's measured seconds (kit.projection.sources) become a *rate*: seconds per
 unit of work, where the work of a rank per micro-batch is its model FLOPs (Megatron-LM's count,
 kit.analysis.flops) divided by how the layout shards that category::
 
@@ -13,7 +13,7 @@ whole sequence on every TP rank); ``r`` is the recompute factor: 4/3 on every la
 with full recompute (one more forward of three passes), 4/3 on attention with selective
 recompute (its core attention is recomputed), else 1. Expert parallelism does not change the
 work: a rank holds ``E/e`` experts and receives the tokens ``e`` ranks route to them. The
-target's seconds are ``rate x work`` times what kit.project.kinds says the target's GEMM shapes
+target's seconds are ``rate x work`` times what kit.projection.kinds says the target's GEMM shapes
 (a measured GEMM table) or GPU kind change, so a projection to the measured layout returns the
 measured seconds.
 
@@ -23,15 +23,15 @@ time) and scaled by the parameters a rank updates:
 its stage's, divided by DP x CP (experts: by their expert-DP group) under the distributed
 optimizer. Idle seconds per micro-batch scale with the layers the rank runs (the launch gaps
 and synchronizations are per layer); a host-paced step cannot be faster per micro-batch than
-the measured micro-batch per layer, which bounds the step from above (kit.project.step).
+the measured micro-batch per layer, which bounds the step from above (kit.projection.step).
 """
 
 from dataclasses import dataclass
 
 from kit.analysis.flops import model_flops_per_step
 from kit.plan.memory import stage_parameters
-from kit.project.sources import UNPROFILED, MeasuredRun
-from kit.project.volumes import layers_per_stage
+from kit.projection.sources import UNPROFILED, MeasuredRun
+from kit.projection.volumes import layers_per_stage
 from kit.config.run import RunConfig
 
 _TP_SPLIT = ("MatMul", "attention", UNPROFILED)
@@ -149,7 +149,7 @@ def stage_compute(rates: SourceRates, cfg: RunConfig, stage: int,
     """The target's compute on one rank of ``stage`` (module docstring).
 
     ``factors``: per category, what the target's GEMM shapes or GPU kind change beyond the work
-    (kit.project.kinds; missing: 1); ``optimizer_factor`` likewise for the optimizer step.
+    (kit.projection.kinds; missing: 1); ``optimizer_factor`` likewise for the optimizer step.
     """
     f = factors or {}
     by_cat = {k: r * work(cfg, stage, k) * f.get(k, 1.0)

@@ -25,7 +25,7 @@ SUFFIX = ".projection.json"
 KIND = "charllm-kit projection"
 VERSION = 1
 Triple = list[float]
-"""``[low, point, high]`` (kit.project.span)."""
+"""``[low, point, high]`` (kit.projection.span)."""
 
 
 class ProjectionInput(BaseModel):
@@ -58,13 +58,13 @@ class StageRecord(BaseModel):
     micro_batch_s: Triple = Field(description="The three together (with the host floor).")
     p2p_sync_s: Triple | None = Field(
         default=None, description="Per micro-batch: the device drain after an eager "
-        "pipeline's p2p calls (kit.project.host); null in files written before it.")
+        "pipeline's p2p calls (kit.projection.host); null in files written before it.")
     optimizer_s: float = Field(description="Optimizer step, per step.")
     tail_s: Triple = Field(description="Exposed per-step collectives plus the optimizer.")
 
 
 class CollectiveRecord(BaseModel):
-    """One kind of collective of one stage (kit.project.volumes) with its projected time."""
+    """One kind of collective of one stage (kit.projection.volumes) with its projected time."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -181,7 +181,7 @@ def projected_bundle(path: str | Path) -> Bundle:
         platform=cfg["platform"], inventory=[],
         telemetry_sources={"power_w": FieldSource(
             source="projected", period_ms=None,
-            reason="projected from the inputs' power (kit.project.power)")},
+            reason="projected from the inputs' power (kit.projection.power)")},
         ranks=_ranks(cfg))
     inputs = ", ".join(f"{i.bundle} ({i.role})" for i in proj.inputs if i.role != "unused")
     metrics = MetricsFile(

@@ -3,7 +3,7 @@
 A GPU draws ``P_compute`` while its kernels compute, ``P_comm`` while it only communicates and
 ``P_idle`` while it waits. The measured run fixes ``P_compute``: its mean power over its
 measured steps ``P_run`` is the time-weighted mean of the three over its step's parts
-(kit.project.sources)::
+(kit.projection.sources)::
 
     P_run (C + E + I) = C P_compute + E P_comm + I P_idle
 
@@ -27,9 +27,9 @@ such: the same kernels draw the same share of the power limit).
 import itertools
 from dataclasses import dataclass
 
-from kit.project.sources import MeasuredRun
-from kit.project.span import Span
-from kit.project.step import StepModel
+from kit.projection.sources import MeasuredRun
+from kit.projection.span import Span
+from kit.projection.step import StepModel
 from kit.config.run import RunConfig
 
 
@@ -90,7 +90,7 @@ def project_power(run: MeasuredRun, comm_w: float | None, cfg: RunConfig,
                   step: StepModel, scale: float = 1.0) -> PowerProjection | None:
     """Mean and peak power per GPU and energy per token (module docstring); None when the run
     has no power telemetry. ``scale`` multiplies every phase power (another GPU kind: the
-    datasheet TDP ratio, kit.project.model)."""
+    datasheet TDP ratio, kit.projection.model)."""
     idle_w = run.power.idle_w
     point_comm = comm_w if comm_w is not None else idle_w
     point_c = _solve_compute_w(run, idle_w, point_comm)

@@ -23,7 +23,7 @@ intra-node busbw at that size; the time is at least the intra-node time (latency
 bundle of several nodes (``fabric --nodes N``) replaces the platform figure: its curve, scaled
 by members per node over its ranks per node.
 
-**Another GPU kind** (kit.project.kinds): without a fabric bundle of the target, the source
+**Another GPU kind** (kit.projection.kinds): without a fabric bundle of the target, the source
 kind's curves serve, their busbw scaled by the ratio of the two datasheets' ``intra_node``
 figures; the low end of each time is the target datasheet's figure without latency.
 """
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from kit.fabric.bandwidth import bus_factor
 from kit.fabric.results import FabricResults
 from kit.fabric.spec import CollectiveOp
-from kit.project.span import ZERO, Span
-from kit.project.volumes import Collective, Group
+from kit.projection.span import ZERO, Span
+from kit.projection.volumes import Collective, Group
 from kit.config.platform import PlatformSpec
 from kit.config.run import RunConfig
 

@@ -1,4 +1,4 @@
-"""Measure a GEMM table (kit.project.gemm): ``torch.matmul`` in the platform's dtype, timed at
+"""Measure a GEMM table (kit.projection.gemm): ``torch.matmul`` in the platform's dtype, timed at
 every shape the given workloads' layers make under the given TP degrees and micro-batches.
 
 Each shape runs with its pass's operand layout (forward ``x @ w.T``, input gradient
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from kit.errors import KitInputError
-from kit.project.gemm import Gemm, GemmPoint, GemmTable, logits_gemms, stage_gemms
-from kit.project.request import ProjectionTarget, plan_target
+from kit.projection.gemm import Gemm, GemmPoint, GemmTable, logits_gemms, stage_gemms
+from kit.projection.request import ProjectionTarget, plan_target
 from kit.config.loader import load_platform, load_workload
 from kit.config.platform import PlatformSpec
 

@@ -15,7 +15,7 @@ steps, and its *warm idle* power, the median of the GPU samples after the first 
 utilization is 0 (the device holds the model and its clocks, no kernel runs), where at least
 :data:`MIN_SAMPLES` exist.
 
-A **fabric** bundle (``charllm-kit fabric``) gives busbw curves (kit.project.network) and the
+A **fabric** bundle (``charllm-kit fabric``) gives busbw curves (kit.projection.network) and the
 power its GPUs drew while the collectives ran: the median of their samples inside the measured
 points' windows.
 """
@@ -35,7 +35,7 @@ from kit.bundle.verified import read_verified_bundle
 from kit.engines.execution import execution_of
 from kit.errors import KitInputError
 from kit.fabric.results import read_fabric
-from kit.project.network import MeasuredFabric
+from kit.projection.network import MeasuredFabric
 from kit.config.run import RunConfig
 
 UNPROFILED = "unprofiled"
@@ -80,7 +80,7 @@ class MeasuredRun:
     quartile (the run's own step-to-step spread, robust to one slow step)."""
     step_samples_s: tuple[float, ...]
     """The same steps' wall times, sorted: the spread a target whose ranks wait on each other
-    draws from (kit.project.host)."""
+    draws from (kit.projection.host)."""
     parts: StepParts
     optimizer_s: float | None
     """Mean seconds per step in the optimizer (phase timers), None without them."""

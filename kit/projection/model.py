@@ -1,17 +1,17 @@
 """``charllm-kit project``: measured bundles in, a projected-bundle file out.
 
-1. Read the run and fabric bundles (kit.project.sources), resolve the target as ``run
-   --dry-run`` would on the runs' platform (kit.project.request).
+1. Read the run and fabric bundles (kit.projection.sources), resolve the target as ``run
+   --dry-run`` would on the runs' platform (kit.projection.request).
 2. Choose the run to scale: same platform, same architecture but for its depth; then, in this
    order, the same execution (one CUDA graph per step or eager, as the target would run), a
    profile breakdown, the same micro-batch, the same recompute, the nearest TP degree.
-3. Per target stage: compute (kit.project.compute), collectives (kit.project.volumes) and
-   their times (kit.project.network), assembled into a step (kit.project.step), widened by
+3. Per target stage: compute (kit.projection.compute), collectives (kit.projection.volumes) and
+   their times (kit.projection.network), assembled into a step (kit.projection.step), widened by
    the chosen run's own step-to-step spread; for an eager target from an eager run, its
-   ranks waiting on each other's hosts (kit.project.host); power and energy
-   (kit.project.power).
+   ranks waiting on each other's hosts (kit.projection.host); power and energy
+   (kit.projection.power).
 4. Write the summary keys a bundle has, each projected one with its interval, the parts, the
-   assumptions and the inputs (kit.project.file).
+   assumptions and the inputs (kit.projection.file).
 
 docs/projection.md states the model with its sources and limits.
 """
@@ -27,18 +27,18 @@ from kit.analysis.compare import layout_label
 from kit.analysis.flops import model_flops_per_step
 from kit.errors import KitInputError
 from kit.plan.memory import GIB
-from kit.project.compute import SourceRates, optimizer_parameters, stage_compute
-from kit.project.file import CollectiveRecord, ProjectionFile, ProjectionInput, StageRecord
-from kit.project.gemm import is_gemm_table
-from kit.project.host import coupling
-from kit.project.kinds import KindScale, datasheet, kind_scale, read_tables
-from kit.project.network import Links, place
-from kit.project.power import PowerProjection, project_power
-from kit.project.request import ProjectionTarget, plan_target
-from kit.project.sources import UNPROFILED, Inputs, MeasuredRun, read_inputs
-from kit.project.span import Span
-from kit.project.step import StepModel, assemble, stage_step
-from kit.project.volumes import stage_collectives
+from kit.projection.compute import SourceRates, optimizer_parameters, stage_compute
+from kit.projection.file import CollectiveRecord, ProjectionFile, ProjectionInput, StageRecord
+from kit.projection.gemm import is_gemm_table
+from kit.projection.host import coupling
+from kit.projection.kinds import KindScale, datasheet, kind_scale, read_tables
+from kit.projection.network import Links, place
+from kit.projection.power import PowerProjection, project_power
+from kit.projection.request import ProjectionTarget, plan_target
+from kit.projection.sources import UNPROFILED, Inputs, MeasuredRun, read_inputs
+from kit.projection.span import Span
+from kit.projection.step import StepModel, assemble, stage_step
+from kit.projection.volumes import stage_collectives
 from kit.config.loader import load_platform
 from kit.config.run import RunConfig
 
@@ -335,7 +335,7 @@ def _draws(cfg: RunConfig, chosen: MeasuredRun) -> int:
 
 def _host_assumptions(cfg: RunConfig, chosen: MeasuredRun, graphed: bool,
                       coupled: Span) -> list[str]:
-    """What an eager target's host adds (kit.project.host), and what no input measures."""
+    """What an eager target's host adds (kit.projection.host), and what no input measures."""
     if graphed:
         return []
     p, out = cfg.parallel, []
@@ -388,7 +388,7 @@ def _bound(cfg: RunConfig, step: StepModel) -> dict[str, Any]:
 
 def _links(cfg: RunConfig, inputs: Inputs, scale: KindScale) -> Links:
     """The target's fabric bundles; across kinds without one, the source kind's, borrowed
-    (kit.project.network)."""
+    (kit.projection.network)."""
     def of(kind: str) -> list[Any]:
         return [f for f, b in zip(inputs.fabrics, inputs.fabric_bundles, strict=True)
                 if b.manifest.platform["name"] == kind]

@@ -1,6 +1,6 @@
 """What an eager (not CUDA-graph) target's host adds to its step beyond the kernels.
 
-Two effects the device-side model (kit.project.compute, kit.project.network) cannot see, each
+Two effects the device-side model (kit.projection.compute, kit.projection.network) cannot see, each
 taken from what the measured run and megatron-core's code say:
 
 * **The pipeline's p2p synchronization.** megatron-core's p2p layer (``batch_p2p_comm`` and
@@ -24,7 +24,7 @@ taken from what the measured run and megatron-core's code say:
 
 import statistics
 
-from kit.project.span import Span
+from kit.projection.span import Span
 
 
 def expected_max(samples: tuple[float, ...] | list[float], k: int) -> float:

@@ -2,17 +2,17 @@
 
 Per stage and micro-batch (seconds on one rank): ``t_s = compute + idle + blocking
 communication`` (TP/SP, CP, EP and pipeline exchanges: megatron-core's local spec runs them in
-the compute stream's path). The ends of each span (kit.project.span):
+the compute stream's path). The ends of each span (kit.projection.span):
 
 * idle: the point carries the measured idle per layer; ``low`` shrinks it with the device
   work per layer (idle that is device-side gaps); ``high`` keeps it;
-* communication: ``high`` at the slowest rank's measured time (kit.project.network);
+* communication: ``high`` at the slowest rank's measured time (kit.projection.network);
 * ``high`` is at least the host floor when the target's step is eager (not one CUDA graph): a
   step paced by its host, at the measured micro-batch per layer, does not speed up when its
   kernels shrink (TP, CP) or get fewer samples. Where the measured run was eager too (its
   host's pace is what it measured), the point is at least that floor as well;
 * an eager pipeline stage also waits, after each p2p call, for the device to drain
-  (kit.project.host.p2p_sync_s): ``sync_s`` per micro-batch.
+  (kit.projection.host.p2p_sync_s): ``sync_s`` per micro-batch.
 
 The 1F1B pipeline (Narayanan et al., SC'21) with ``m`` micro-batches, ``p`` stages and ``v``
 virtual stages takes ``m max_s t_s + (sum_s t_s - max_s t_s) / v``: for equal stages
@@ -28,11 +28,11 @@ the same way), ``high`` exposes all of it.
 
 from dataclasses import dataclass, field
 
-from kit.project.compute import StageCompute
-from kit.project.host import p2p_sync_s
-from kit.project.network import Links
-from kit.project.span import ZERO, Span, span_max, span_sum
-from kit.project.volumes import Collective
+from kit.projection.compute import StageCompute
+from kit.projection.host import p2p_sync_s
+from kit.projection.network import Links
+from kit.projection.span import ZERO, Span, span_max, span_sum
+from kit.projection.volumes import Collective
 from kit.config.run import RunConfig
 
 

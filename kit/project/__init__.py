@@ -1,2 +1,0 @@
-"""Projection of step time, MFU, power and energy to another layout or scale from measured
-bundles (``charllm-kit project``; docs/projection.md): kit.project.model runs the model."""
