@@ -240,7 +240,7 @@ def kit(monkeypatch: Any, capsys: Any, *args: str) -> tuple[int, str, str]:
     ``sys.meta_path`` is restored afterwards: the CLI keeps pandas out of its process
     (kit.arrow_pandas), which later tests in this one may need.
     """
-    from kit.cli import main
+    from kit.cli.commands import main
 
     monkeypatch.setattr(sys, "argv", ["charllm-kit", *args])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))

@@ -17,7 +17,7 @@ import os
 import resource
 import sys
 
-from kit.cli import main
+from kit.cli.commands import main
 
 
 def run(argv: list[str], env: dict[str, str]) -> dict[str, object]:

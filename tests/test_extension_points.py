@@ -1,7 +1,7 @@
 """The run's options have one source; a new engine or telemetry backend is one class plus one
 registry line.
 
-The run command's options are generated from RunRequest (kit.cli_options); these tests check
+The run command's options are generated from RunRequest (kit.cli.options); these tests check
 the generated command against the model, and register a toy engine to show what the kit then
 does with it without any other change: resolve, refuse layouts and another engine's options,
 estimate memory, place ranks, and describe it in the dry-run table.
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.bundle.writer import concat_chunks
-from kit.cli import cli
+from kit.cli.commands import cli
 from kit.engines import ENGINES, register_engine
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.errors import KitInputError

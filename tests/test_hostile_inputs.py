@@ -1,7 +1,7 @@
 """Bundles, archives and spec files from a hostile sender: every reader keeps to its budget,
 every output is neutralized, and every refusal is one ``error:`` line with exit code 2.
 
-The commands run in this process through the console entry point (``kit.cli.main``), which is
+The commands run in this process through the console entry point (``kit.cli.commands.main``), which is
 what ``charllm-kit`` runs, so a few hundred fuzzed bundles take seconds, not minutes.
 """
 

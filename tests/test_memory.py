@@ -13,7 +13,7 @@ import pytest
 
 from kit.analysis.flops import params_count
 from kit.bundle.reader import read_bundle
-from kit.cli_tables import memory_table
+from kit.cli.tables import memory_table
 from kit.plan.memory import (
     GIB,
     estimate_memory,

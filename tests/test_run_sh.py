@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kit.cli import cli as kit_group
+from kit.cli.commands import cli as kit_group
 
 from .conftest import why_failed
 from .test_container import run_sh

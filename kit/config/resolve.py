@@ -25,7 +25,7 @@ from kit.config.workload import ScalingRecord, WorkloadSpec
 class RunRequest(BaseModel):
     """What a user asked for: the one definition of a run's options.
 
-    ``charllm-kit run`` generates its options from these fields (kit/cli_options.py: the name is
+    ``charllm-kit run`` generates its options from these fields (kit/cli/options.py: the name is
     ``--field-name`` unless ``cli`` says otherwise, the help is the description), and a sweep's
     ``base:`` and axes use the field names. ``None`` (or leaving a field out) means "the
     default for this workload and platform". Options that only one engine takes are named by its

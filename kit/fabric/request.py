@@ -1,4 +1,4 @@
-"""The options of ``charllm-kit fabric``, defined once (kit.cli generates them from here)."""
+"""The options of ``charllm-kit fabric``, defined once (kit.cli.commands generates them from here)."""
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -13,7 +13,7 @@ _RUN = RunRequest.model_fields
 class FabricRequest(BaseModel):
     """What ``charllm-kit fabric`` was asked: the one definition of its options.
 
-    The command generates its options from these fields (kit/cli_options.py); the launcher
+    The command generates its options from these fields (kit/cli/options.py); the launcher
     and node fields are ``run``'s own (the same names, checks and help), since a fabric run
     goes through the same launchers.
     """

@@ -19,7 +19,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal, get_args
 
-from kit.cli_options import model_argv
+from kit.cli.options import model_argv
 from kit.container.command import container_command
 from kit.errors import KitInputError
 from kit.launch.slurm import AGENT_ENV, PORT_BASE, srun_agents

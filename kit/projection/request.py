@@ -1,6 +1,6 @@
 """What a user asks ``charllm-kit project`` for: the target layout, resolved as ``run`` would.
 
-The command's options are generated from :class:`ProjectionTarget` (kit/cli_options.py). The
+The command's options are generated from :class:`ProjectionTarget` (kit/cli/options.py). The
 target is resolved through the same code as ``run --dry-run`` (kit.plan.plan_run), on the
 measured runs' platform, so a layout ``run`` refuses is refused here for the same reason; its
 memory estimate comes with it.

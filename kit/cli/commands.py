@@ -18,9 +18,9 @@ import click
 
 from kit import arrow_pandas
 from kit.bundle.guard import bundle_input_errors
-from kit.cli_cache import cache, compile_cache_option
-from kit.cli_group import ImpliedRunGroup
-from kit.cli_options import model_options
+from kit.cli.cache import cache, compile_cache_option
+from kit.cli.group import ImpliedRunGroup
+from kit.cli.options import model_options
 from kit.container import RUNTIMES
 from kit.errors import KitInputError, RunNotPublished
 from kit.fabric.request import FabricRequest, fabric_request
@@ -70,7 +70,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
 
     A run predicted not to fit in device memory (see --dry-run) is refused unless --force.
     """
-    from kit.cli_tables import next_steps, print_dry_run, print_summary
+    from kit.cli.tables import next_steps, print_dry_run, print_summary
     from kit.plan import plan_run
     from kit.config.resolve import run_request
 
@@ -349,7 +349,7 @@ def workloads() -> None:
 @workloads.command("list")
 def workloads_list() -> None:
     """List shipped workloads."""
-    from kit.cli_tables import workloads_table
+    from kit.cli.tables import workloads_table
 
     click.echo(workloads_table())
 
@@ -358,7 +358,7 @@ def workloads_list() -> None:
 @click.argument("name")
 def workloads_show(name: str) -> None:
     """Show one workload's architecture (NAME or a YAML path)."""
-    from kit.cli_tables import show_workload
+    from kit.cli.tables import show_workload
 
     click.echo(show_workload(name))
 
@@ -371,7 +371,7 @@ def platforms() -> None:
 @platforms.command("list")
 def platforms_list() -> None:
     """List shipped platforms."""
-    from kit.cli_tables import platforms_table
+    from kit.cli.tables import platforms_table
 
     click.echo(platforms_table())
 
@@ -380,7 +380,7 @@ def platforms_list() -> None:
 @click.argument("name")
 def platforms_show(name: str) -> None:
     """Show one platform profile (NAME or a YAML path)."""
-    from kit.cli_tables import show_platform
+    from kit.cli.tables import show_platform
 
     click.echo(show_platform(name))
 
@@ -661,7 +661,7 @@ def report(bundles: tuple[Path, ...], out: Path, markdown: bool, single_file: bo
     check_output_file(out)
     if markdown or not single_file:
         check_output_dir(out.parent / f"{out.stem}_figures")
-    from kit.cli_tables import how_to_open
+    from kit.cli.tables import how_to_open
 
     written = write_report(list(bundles), out, markdown=markdown, single_file=single_file,
                            allow_unverified=allow_unverified, baseline=baseline)
