@@ -13,13 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kit import bytecode_precompile, compile_cache
+from kit.cache import bytecode_precompile, compile_cache
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 PROBE = """
 import json, sys
-from kit import bytecode_precompile, compile_cache
+from kit.cache import bytecode_precompile, compile_cache
 info = compile_cache.prepare()  # before torch, as a rank inherits it from its launcher
 import torch
 from torch._dynamo.utils import counters

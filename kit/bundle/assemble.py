@@ -31,7 +31,7 @@ from kit.bundle.schema import (
     RankRecord,
 )
 from kit.bundle.writer import BundleStaging, concat_chunks
-from kit.compile_cache import entries
+from kit.cache.compile_cache import entries
 from kit.container.detect import container_record
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
@@ -350,7 +350,7 @@ def assemble_bundle(
         slurm_job_id: The Slurm job the run ran in, if any.
         launcher_marks: The launcher's start-up and teardown marks (kit.lifecycle), for
             ``metrics.json``'s ``lifecycle``.
-        compile_cache: The compile cache the ranks used (kit.compile_cache.prepare), for the
+        compile_cache: The compile cache the ranks used (kit.cache.compile_cache.prepare), for the
             manifest; its file count now is added as ``entries_after``.
 
     Returns:

@@ -1,4 +1,4 @@
-"""``charllm-kit cache show|clear``: the compile cache (kit.compile_cache) as users see it, and
+"""``charllm-kit cache show|clear``: the compile cache (kit.cache.compile_cache) as users see it, and
 the ``--compile-cache`` option that ``run`` and ``sweep`` share."""
 
 import os
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kit import compile_cache
+from kit.cache import compile_cache
 
 CACHE_HELP = (
     "Folder of the compile cache: torch inductor, FX-graph, AOTAutograd and Triton artifacts "

@@ -217,10 +217,10 @@ def profile_line(bundle: Path) -> str | None:
 
 
 def compile_cache_state(used: dict[str, Any]) -> str:
-    """How a run left the compile cache (kit.compile_cache.prepare's record): ``warm``, or
+    """How a run left the compile cache (kit.cache.compile_cache.prepare's record): ``warm``, or
     what it compiled into it; a run that compiled nothing (a CPU run: no inductor or Triton
     kernels) says so rather than claim it fills the cache."""
-    from kit.compile_cache import entries
+    from kit.cache.compile_cache import entries
 
     if used["warm"]:
         return "warm"

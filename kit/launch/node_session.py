@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from kit import compile_cache
+from kit.cache import compile_cache
 from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import KitInputError

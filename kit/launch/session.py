@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit import compile_cache
+from kit.cache import compile_cache
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.engines import engine_spec
 from kit.errors import RunNotPublished
@@ -65,7 +65,7 @@ class SessionResult:
     lifecycle: dict[str, Any] | None = None
     """``metrics.json``'s ``lifecycle`` plus ``last_step_to_published_s``, for ``--json``."""
     compile_cache: dict[str, Any] | None = None
-    """The compile cache the ranks used (kit.compile_cache.prepare), None when off."""
+    """The compile cache the ranks used (kit.cache.compile_cache.prepare), None when off."""
 
 
 def telemetry_plan(cfg: RunConfig, node: int = 0) -> tuple[list[SourceSpec], str]:

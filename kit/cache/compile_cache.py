@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path
 
 import kit
-from kit import bytecode_precompile
+from kit.cache import bytecode_precompile
 
 CACHE_ENV = "CHARLLM_COMPILE_CACHE"
 """Environment variable naming the cache's root folder (or ``off``)."""
@@ -164,7 +164,7 @@ def prepare() -> dict[str, object] | None:
     the manifest records: ``dir``, ``key`` (its parts), ``warm`` (whether it held artifacts
     before this run), ``entries_before``, ``bytecode`` (the ranks' bytecode folder, or None
     where the installation keeps its own: bytecode_environment) and ``bytecode_precompile``
-    (whether this run began filling that folder in the background, kit.bytecode_precompile);
+    (whether this run began filling that folder in the background, kit.cache.bytecode_precompile);
     None when the cache is off.
     """
     root = cache_root()

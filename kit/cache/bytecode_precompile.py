@@ -1,6 +1,6 @@
 """Byte-compile the packages every rank imports, once, on many cores, while the ranks start.
 
-Where the compile cache keeps the ranks' bytecode (``kit.compile_cache.bytecode_environment``:
+Where the compile cache keeps the ranks' bytecode (``kit.cache.compile_cache.bytecode_environment``:
 ``PYTHONDONTWRITEBYTECODE`` over an installation without ``.pyc`` files, as on this
 workplace's GPU machines), the first run finds that folder empty and each rank compiles
 torch, sympy, megatron-core and the rest from source itself, one module after another:
