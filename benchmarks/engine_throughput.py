@@ -15,7 +15,7 @@ Measures, on the same model shape and batch:
    into the DeepSpeed config the kit writes, to try DeepSpeed's own knobs before they become
    the kit's defaults).
 
-TFLOP/s use the kit's Megatron-LM formula (``kit.analysis.flops``), MFU the platform's dense
+TFLOP/s use the kit's Megatron-LM formula (``kit.metrics.flops``), MFU the platform's dense
 bf16 peak. Prints a table and, with ``--json``, writes the figures. ``--kit-variants`` adds
 runs of the kit engine with a subset of its speed features (the run's ``--speed``), to show what
 each one buys.
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.analysis.flops import model_flops_per_step
+from kit.metrics.flops import model_flops_per_step
 from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
 from kit.engines.registry import engine_spec

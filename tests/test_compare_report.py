@@ -365,7 +365,7 @@ def test_shorten_cuts_between_words_or_inside_one_long_token():
 
 
 def test_kernel_breakdown_counts_operator_self_time_once(profiled):
-    from kit.analysis.kernels import kernel_times
+    from kit.metrics.kernels import kernel_times
     from kit.bundle.reader import read_bundle
 
     times = kernel_times(read_bundle(profiled))["rank0.json"]

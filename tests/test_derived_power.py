@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kit.analysis.attribution import attribute_samples
-from kit.analysis.power import device_metrics
+from kit.metrics.attribution import attribute_samples
+from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
 

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from kit.analysis.power import device_metrics
+from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.telemetry.edges import EDGE_ENV, poke_sampler
 from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row

@@ -1,7 +1,7 @@
 """Model FLOPs (Megatron-LM's formula), vocabulary padding and parameter counts.
 
 Expected FLOPs are worked out by hand below, term by term, from the formula in
-``kit/analysis/flops.py``: F = 6 B s (L [h(q + 2kv) + q s + q h + e h f k] + h V_padded).
+``kit/metrics/flops.py``: F = 6 B s (L [h(q + 2kv) + q s + q h + e h f k] + h V_padded).
 """
 
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.analysis.flops import model_flops_per_step, params_count
+from kit.metrics.flops import model_flops_per_step, params_count
 from kit.config.loader import load_workload
 from kit.config.workload import padded_vocab_size
 
@@ -153,7 +153,7 @@ _MEGATRON_PARAMS = textwrap.dedent(
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
-    from kit.analysis.flops import params_count
+    from kit.metrics.flops import params_count
     from kit.engines.megatron import adapter
     from kit.config.loader import load_workload
 

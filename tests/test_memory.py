@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from kit.analysis.flops import params_count
+from kit.metrics.flops import params_count
 from kit.bundle.reader import read_bundle
 from kit.cli.tables import memory_table
 from kit.plan.memory import (

@@ -3,8 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from kit.analysis.metrics import step_spans, summarize
-from kit.analysis.power import host_power
+from kit.metrics.summary import step_spans, summarize
+from kit.metrics.power import host_power
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.config.resolve import RunRequest, resolve
 from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
@@ -64,7 +64,7 @@ def test_summary_throughput_and_mfu_use_the_platform_peak():
         cfg, t, TELEMETRY_SCHEMA.empty_table(), [2**30, 3 * 2**30], devices=[]
     )
     assert per_device == []
-    from kit.analysis.flops import model_flops_per_step
+    from kit.metrics.flops import model_flops_per_step
 
     flops = model_flops_per_step(cfg.workload, 8)
     assert summary["step_time_s"] == 2.0

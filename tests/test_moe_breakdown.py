@@ -1,10 +1,10 @@
-"""The MoE breakdown of a profiled step (kit.analysis.moe_breakdown) on a real CPU trace."""
+"""The MoE breakdown of a profiled step (kit.metrics.moe_breakdown) on a real CPU trace."""
 
 import json
 
 import pytest
 
-from kit.analysis.moe_breakdown import format_breakdown, step_breakdowns
+from kit.metrics.moe_breakdown import format_breakdown, step_breakdowns
 
 from .conftest import bundle_path, why_failed
 

@@ -5,9 +5,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from kit.analysis.attribution import attribute_samples
-from kit.analysis.metrics import summarize
-from kit.analysis.power import device_metrics
+from kit.metrics.attribution import attribute_samples
+from kit.metrics.summary import summarize
+from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA, MetricsFile
 from kit.config.resolve import RunRequest, resolve
 from kit.telemetry.fields import TELEMETRY_SCHEMA, THROTTLE_BITS, make_row

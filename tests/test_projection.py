@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from kit.analysis.flops import model_flops_per_step
+from kit.metrics.flops import model_flops_per_step
 from kit.bundle.reader import read_bundle
 from kit.projection.compute import layer_and_logits_flops
 from kit.projection.model import project

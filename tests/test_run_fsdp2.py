@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kit.analysis.labels import layout_label
+from kit.metrics.labels import layout_label
 from kit.bundle.reader import read_bundle
 from kit.bundle.verify import verify_bundle
 

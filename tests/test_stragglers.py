@@ -1,4 +1,4 @@
-"""Stragglers as a measurement (kit.analysis.stragglers): per step each rank's compute time and
+"""Stragglers as a measurement (kit.metrics.stragglers): per step each rank's compute time and
 its wait for the slowest rank, summarized in ``metrics.json`` and shown by compare and report.
 A real DP 2 run with one rank slowed by SIGSTOP/SIGCONT duty cycling must name that rank.
 """
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kit.analysis.stragglers import SUMMARY_KEYS, RankStep, straggler_summary, untimed_reason
+from kit.metrics.stragglers import SUMMARY_KEYS, RankStep, straggler_summary, untimed_reason
 
 from .conftest import REPO, bundle_path, why_failed
 

@@ -4,7 +4,7 @@
 
 For each bundle (a ``run --profile`` of one configuration): its step time and MFU (unprofiled
 measured steps, ``metrics.json``), and the profiled step's device time by MoE category
-(:mod:`kit.analysis.moe_breakdown`: expert GEMMs, permute/unpermute, router, all-to-all, dense
+(:mod:`kit.metrics.moe_breakdown`: expert GEMMs, permute/unpermute, router, all-to-all, dense
 GEMMs, optimizer, host gaps ...). Writes one JSON in the form of
 ``benchmarks/parallel/results/h100x4-layouts.json`` (``device``, ``date``, ``points``), each point
 also carrying ``variant`` (the bundle folder's parent name), ``breakdown_window_s`` and
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parallel"))
 
 from summarize import point  # noqa: E402  (benchmarks/parallel/summarize.py)
 
-from kit.analysis.moe_breakdown import format_breakdown, step_breakdowns  # noqa: E402
+from kit.metrics.moe_breakdown import format_breakdown, step_breakdowns  # noqa: E402
 
 
 def describe(bundle: Path, top: int = 0) -> dict:

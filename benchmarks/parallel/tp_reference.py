@@ -295,7 +295,7 @@ def main() -> None:
         print(f"error: {why}", file=sys.stderr)
         sys.exit(2)
 
-    from kit.analysis.flops import model_flops_per_step
+    from kit.metrics.flops import model_flops_per_step
     from kit.config.detect import detect_platform
     from kit.config.loader import load_workload
 

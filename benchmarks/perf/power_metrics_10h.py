@@ -12,8 +12,8 @@ import os
 import time
 from datetime import datetime, timezone
 
-from kit.analysis.attribution import attribute_samples
-from kit.analysis.power import device_metrics
+from kit.metrics.attribution import attribute_samples
+from kit.metrics.power import device_metrics
 from tests.test_power_metrics import synthetic
 
 

@@ -1,7 +1,7 @@
 """Print a profiled bundle's per-rank breakdown and check it against the measured step times.
 
 For every profiled rank and step: seconds, share, calls, bytes and exposed/overlapped time per
-category (kit.analysis.kernels), then two checks, each a line starting ``ok`` or ``FAIL``:
+category (kit.metrics.kernels), then two checks, each a line starting ``ok`` or ``FAIL``:
 
 * the categories sum to the step's profiled window (the partition; within 1 us);
 * the window matches the step's wall time in steps.parquet within TOLERANCE (the window is the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kit.analysis.kernels import read_breakdowns
+from kit.metrics.kernels import read_breakdowns
 from kit.bundle.reader import read_bundle
 
 TOLERANCE = 0.03

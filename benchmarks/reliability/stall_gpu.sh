@@ -103,7 +103,7 @@ for rank in range(len(m["ranks"])):
 for note in metrics["notes"]:
     print("note:", note)
 sys.path.insert(0, os.getcwd())
-from kit.analysis.stragglers import straggler_line  # noqa: E402
+from kit.metrics.stragglers import straggler_line  # noqa: E402
 print("stragglers before the stall:", straggler_line(metrics.get("stragglers", {})))
 for name, src in (("manifest", bundle / "manifest.json"), ("metrics", bundle / "metrics.json"),
                   ("stall-watchdog", record_path)):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from kit.analysis.metrics import step_spans
+from kit.metrics.summary import step_spans
 from kit.telemetry.fields import THROTTLE_BITS
 
 

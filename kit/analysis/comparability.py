@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kit.analysis.labels import is_fabric
+from kit.metrics.labels import is_fabric
 from kit.analysis.text import shorten
 from kit.bundle.reader import Bundle
 from kit.engines import ENGINES

@@ -31,7 +31,7 @@ from kit.analysis.comparability import Check, comparability_checks
 from kit.analysis.figure_render import map_forked
 from kit.analysis.host import CPU_UTIL, HOST_MEM, host_figures
 from kit.analysis.inputs import expand_inputs
-from kit.analysis.labels import configuration_parts, layout_label, split_shared
+from kit.metrics.labels import configuration_parts, layout_label, split_shared
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.verified import read_verified_bundle
@@ -47,7 +47,7 @@ class MetricRow:
 
     key: str
     """Stable name: a summary key, or ``power.<key>`` / ``throttle_frac_by_reason.<reason>`` /
-    ``stragglers.<key>`` (kit.analysis.stragglers: the rank that held its stage up longest) /
+    ``stragglers.<key>`` (kit.metrics.stragglers: the rank that held its stage up longest) /
     ``host.<key>`` (kit.analysis.host: from telemetry.parquet's host rows)."""
     label: str
     unit: str

@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from kit.analysis.comparability import Check
 from kit.analysis.compare import METRICS, Aggregate, Comparison, Group, MetricRow
-from kit.analysis.labels import layout_label, shared_phrase
+from kit.metrics.labels import layout_label, shared_phrase
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
-from kit.analysis.stragglers import straggler_line
+from kit.metrics.stragglers import straggler_line
 from kit.neutralize import csv_safe, markdown_safe, safe_table, terminal_safe
 
 Format = Literal["table", "markdown", "csv", "json"]

@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, MaxNLocator
 
-from kit.analysis.attribution import MEASURED
+from kit.metrics.attribution import MEASURED
 from kit.analysis.run_view import RunView, TimeAxis
 from kit.analysis.text import shorten
 
@@ -90,7 +90,7 @@ def category_colors() -> dict[str, Any]:
     so MatMul is the same colour in each; idle is grey."""
     from matplotlib import colormaps
 
-    from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE
+    from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE
 
     cmap = colormaps["tab20"]  # its strong colours first, then their light pairs; no greys
     order = [i for i in (*range(0, 20, 2), *range(1, 20, 2)) if i not in (14, 15)]

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from kit.analysis.compare import Comparison, Group, figure_order
 from kit.analysis.compare_format import format_value
-from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
+from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.analysis.plots_common import (
     STATUS_COLOR,
     category_colors,

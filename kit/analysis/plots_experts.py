@@ -9,7 +9,7 @@ per layer (a band of min..max and the mean when there are many layers).
 import numpy as np
 from matplotlib.figure import Figure
 
-from kit.analysis.expert_load import load_matrix
+from kit.metrics.expert_load import load_matrix
 from kit.analysis.plots_common import title
 from kit.analysis.run_view import RunView
 

@@ -13,7 +13,7 @@ draw of (the report says why in their sections), and is None when no run has any
 an empty or zero-filled plot.
 
 Devices are named by node and chassis slot in the legends, and by slot and rank in the
-heatmaps (:mod:`kit.analysis.labels`).
+heatmaps (:mod:`kit.metrics.labels`).
 """
 
 from dataclasses import dataclass, replace
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from kit.analysis.labels import chassis_assumed, rank_device
+from kit.metrics.labels import chassis_assumed, rank_device
 from kit.analysis.plots_common import (
     STATUS_COLOR,
     TITLE_PT,
@@ -640,7 +640,7 @@ def _panel_title(panel: ChassisPanel) -> str:
 
 def kernel_breakdown(times: dict[str, dict[str, float]], view: RunView) -> Figure | None:
     """Share of kernel time per category, one stacked bar per profiled trace (None if none)."""
-    from kit.analysis.kernels import CATEGORIES, OTHER
+    from kit.metrics.kernels import CATEGORIES, OTHER
 
     if not times:
         return None

@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kit.analysis.compare import Comparison, Group, figure_order
-from kit.analysis.labels import chassis_assumed, layout_parts
+from kit.metrics.labels import chassis_assumed, layout_parts
 from kit.analysis.plots_common import colors, legend_outside
 from kit.analysis.plots_cross import comm_shares
 from kit.analysis.plots_run import held, throttle_steps

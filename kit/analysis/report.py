@@ -44,8 +44,8 @@ from kit.analysis import plots_cross, plots_experts, plots_run, plots_study
 from kit.analysis.compare import Comparison, Group, compare_bundles
 from kit.analysis.compare_format import check_lines, metric_grids, table_notes
 from kit.analysis.figure_render import map_forked, render_all
-from kit.analysis.kernels import kernel_times
-from kit.analysis.labels import chassis_assumed, layout_label, shared_phrase
+from kit.metrics.kernels import kernel_times
+from kit.metrics.labels import chassis_assumed, layout_label, shared_phrase
 from kit.analysis.ranking import (
     ENERGY_CHECK_LIMIT,
     energy_check,
@@ -59,7 +59,7 @@ from kit.analysis.ranking import (
 )
 from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
-from kit.analysis.stragglers import straggler_line
+from kit.metrics.stragglers import straggler_line
 from kit.bundle.reader import Bundle
 from kit.neutralize import markdown_safe, safe_table
 from kit.projection.file import projection_facts
@@ -488,7 +488,7 @@ def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureJob]:
                   lambda: plots_cross.gpu_heatmap(c, views), no_gpu),
         FigureJob("profile-breakdowns", "Time by category per pipeline stage",
                   "Share of the profiled steps per category, per configuration and pipeline stage "
-                  f"(kit.analysis.kernels).{shared}", lambda: plots_cross.stage_breakdown(c),
+                  f"(kit.metrics.kernels).{shared}", lambda: plots_cross.stage_breakdown(c),
                   no_profile),
         FigureJob("exposed-comm", "Exposed communication",
                   "Communication per configuration and collective type: exposed (nothing "

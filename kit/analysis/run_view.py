@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kit.analysis.attribution import MEASURED, WARMUP, StepWindows, step_windows, window_index
-from kit.analysis.labels import DeviceRole, device_roles
+from kit.metrics.attribution import MEASURED, WARMUP, StepWindows, step_windows, window_index
+from kit.metrics.labels import DeviceRole, device_roles
 from kit.bundle.reader import Bundle
 
 PAD_S = 2.0

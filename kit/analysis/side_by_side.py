@@ -1,13 +1,13 @@
 """Profile breakdowns and fabric curves of several bundles, side by side, for compare/report.
 
 A bundle contributes what it has: a profiled run one row per profiled rank (its profiled steps
-summed, kit.analysis.kernels), a fabric run one bus-bandwidth column (kit.fabric.results);
+summed, kit.metrics.kernels), a fabric run one bus-bandwidth column (kit.fabric.results);
 others contribute nothing, so these tables and figures only appear when some bundle has them.
 """
 
 from typing import Any
 
-from kit.analysis.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
+from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.bundle.reader import Bundle
 from kit.fabric.results import FabricResults, read_fabric
 from kit.neutralize import safe_table

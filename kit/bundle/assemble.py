@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 
 import kit
 from kit import lifecycle
-from kit.analysis.expert_load import expert_load_summary, experts_rows
-from kit.analysis.labels import device_index
-from kit.analysis.metrics import summarize
-from kit.analysis.stragglers import RankStep, straggler_summary, untimed_reason
+from kit.metrics.expert_load import expert_load_summary, experts_rows
+from kit.metrics.labels import device_index
+from kit.metrics.summary import summarize
+from kit.metrics.stragglers import RankStep, straggler_summary, untimed_reason
 from kit.bundle.schema import (
     STEPS_SCHEMA,
     FieldSource,

@@ -355,7 +355,7 @@ class MetricsFile(BaseModel):
     )
     power: dict[str, Any] = Field(
         default_factory=dict,
-        description="Job-level power/thermal detail beyond the summary (kit.analysis.power): "
+        description="Job-level power/thermal detail beyond the summary (kit.metrics.power): "
         "energy_j and its source, energy_j_per_step, peak_to_mean (worst device), excursions "
         "above excursion_frac x power limit (count, seconds), throttle_frac_by_reason; the "
         "energy cross-checks (power_integral_j, counter_vs_integral, zeus_energy_j, "
@@ -376,7 +376,7 @@ class MetricsFile(BaseModel):
     stragglers: dict[str, Any] = Field(
         default_factory=dict,
         description="Per step each rank's compute time and its wait for the slowest rank of its "
-        "pipeline stage, summarized (kit.analysis.stragglers, docs/metrics.md): the rank that "
+        "pipeline stage, summarized (kit.metrics.stragglers, docs/metrics.md): the rank that "
         "held its stage up longest (slowest_rank, stage, ranks_compared), how often "
         "(slowest_frac, 0..1), by how much (lag_s_median, lag_s_p90 seconds; lag_frac_median "
         "of the other ranks' median compute), its GPU's temp_gpu_c and clock_sm_mhz over those "
@@ -386,7 +386,7 @@ class MetricsFile(BaseModel):
     expert_load: dict[str, Any] = Field(
         default_factory=dict,
         description="Load balance of a mixture-of-experts run's routing over the measured "
-        "steps (kit.analysis.expert_load, docs/metrics.md), from experts.parquet: experts, "
+        "steps (kit.metrics.expert_load, docs/metrics.md), from experts.parquet: experts, "
         "layers, top_k, measured_steps; max_over_mean (busiest expert's tokens / the mean "
         "expert's, per step and layer, averaged over them) and max_over_mean_worst (their "
         "max); cv and cv_worst (coefficient of variation of tokens per expert, likewise); ep, "

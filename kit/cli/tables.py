@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.analysis.flops import model_flops_per_step, params_count
+from kit.metrics.flops import model_flops_per_step, params_count
 from kit.engines import engine_spec
 from kit.neutralize import safe_table, terminal_safe
 from kit.plan.memory import GIB, MemoryEstimate, fit_refusal, fit_warning

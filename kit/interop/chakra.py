@@ -14,7 +14,7 @@ docs/profiling.md says how to install it; the kit works without it):
    ``gloo:<collective>``) stay compute nodes. :func:`mark_collectives` rewrites those nodes as
    ``COMM_COLL_NODE`` (``COMM_SEND_NODE``/``COMM_RECV_NODE`` for point-to-point) with Chakra's
    ``comm_type`` and ``comm_size`` (bytes, from the recorded input shapes), so a simulator
-   sees the all-reduce as one. Collective types use kit.analysis.kernels' vendor-neutral names.
+   sees the all-reduce as one. Collective types use kit.metrics.kernels' vendor-neutral names.
 """
 
 import ast
@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kit.analysis.kernels import collective_type, dtype_bytes
+from kit.metrics.kernels import collective_type, dtype_bytes
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ Files, all under the bundle's ``profile/`` (docs/bundle-format.md):
 
 - ``rank<N>.json``: the Chrome trace (CPU operators, device kernels on a GPU; shapes recorded,
   so collectives have sizes).
-- ``rank<N>.breakdown.json``: :class:`kit.analysis.kernels.RankBreakdown` of those steps.
+- ``rank<N>.breakdown.json``: :class:`kit.metrics.kernels.RankBreakdown` of those steps.
 - with ``--chakra``, ``chakra/rank<N>.host_et.json``: PyTorch's ExecutionTraceObserver output,
   recorded together with the Kineto trace (the profiler starts and stops it), and
   ``chakra/rank<N>.et`` when the ``chakra`` package could link and convert them.
@@ -132,7 +132,7 @@ class RankProfiler:
                   flush=True)
 
     def _write_breakdown(self, steps: list[StepRecord], stage: int) -> None:
-        from kit.analysis.kernels import StepTimes, rank_breakdown
+        from kit.metrics.kernels import StepTimes, rank_breakdown
 
         assert self._trace is not None
         wall = {s.step: s.t_end - s.t_start for s in steps}

@@ -2,7 +2,7 @@
 
 Each compute category's measured seconds (kit.projection.sources) become a *rate*: seconds per
 unit of work, where the work of a rank per micro-batch is its model FLOPs (Megatron-LM's count,
-kit.analysis.flops) divided by how the layout shards that category::
+kit.metrics.flops) divided by how the layout shards that category::
 
     work(cat) = b x (L_stage x F_layer x r(cat) + [last stage] F_logits) / shard(cat)
 
@@ -28,7 +28,7 @@ the measured micro-batch per layer, which bounds the step from above (kit.projec
 
 from dataclasses import dataclass
 
-from kit.analysis.flops import model_flops_per_step
+from kit.metrics.flops import model_flops_per_step
 from kit.plan.memory import stage_parameters
 from kit.projection.sources import UNPROFILED, MeasuredRun
 from kit.projection.volumes import layers_per_stage

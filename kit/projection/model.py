@@ -24,7 +24,7 @@ from typing import Any
 
 import kit
 from kit.analysis.compare import layout_label
-from kit.analysis.flops import model_flops_per_step
+from kit.metrics.flops import model_flops_per_step
 from kit.errors import KitInputError
 from kit.plan.memory import GIB
 from kit.projection.compute import SourceRates, optimizer_parameters, stage_compute

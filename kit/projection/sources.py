@@ -2,7 +2,7 @@
 
 A **run** bundle (``charllm-kit run``, ok, megatron engine, no pipeline) gives, per rank and
 step, the seconds of device (or, on CPU, host) time in each compute category, in exposed
-communication and idle, from its profile breakdowns (kit.analysis.kernels), corrected for the
+communication and idle, from its profile breakdowns (kit.metrics.kernels), corrected for the
 profiler: on a device timeline the kernels' times are kept and idle becomes the unprofiled
 step's remainder (the profiler slows the host, not the kernels); on a host timeline every part
 is scaled by the unprofiled step over the profiled window, and a collective's time nested
@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from kit.analysis.attribution import MEASURED, step_windows
-from kit.analysis.kernels import IDLE, RankBreakdown, read_breakdowns
-from kit.analysis.labels import rank_device
+from kit.metrics.attribution import MEASURED, step_windows
+from kit.metrics.kernels import IDLE, RankBreakdown, read_breakdowns
+from kit.metrics.labels import rank_device
 from kit.bundle.reader import Bundle
 from kit.bundle.verified import read_verified_bundle
 from kit.engines.execution import execution_of
@@ -49,7 +49,7 @@ class StepParts:
     """One rank's measured step, seconds per step, profiler-corrected (module docstring)."""
 
     compute: dict[str, float]
-    """Per compute category (kit.analysis.kernels.COMPUTE, or ``unprofiled``)."""
+    """Per compute category (kit.metrics.kernels.COMPUTE, or ``unprofiled``)."""
     communication: dict[str, float]
     """Exposed seconds per collective type."""
     overlap: dict[str, float]

@@ -9,7 +9,7 @@ recomputation) at :data:`ASSUMED_MFU` of the platform's peak; a cpu step of gpt3
 the estimate of the points left scaled by how the finished ones compared with theirs.
 """
 
-from kit.analysis.flops import model_flops_per_step
+from kit.metrics.flops import model_flops_per_step
 from kit.config.run import RunConfig
 
 GPU_STARTUP_S = 25.0

@@ -88,7 +88,7 @@ class FieldInfo:
 
 EDGE_FIELDS = frozenset({"energy_j"})
 """Slow fields read again, off schedule, when the measured phase starts and ends and when the
-sampler stops, so that their readings bracket the measured span (kit.analysis.energy)."""
+sampler stops, so that their readings bracket the measured span (kit.metrics.energy)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ rank 0 of each node therefore pokes its node's sampler when the first measured s
 when the last one has ended: one byte into a named pipe the sampler created and waits on
 beside its other wake-ups. A poke is best effort and never blocks a rank: no sampler, a full
 pipe or one without a reader are all ignored (the readings then bracket the span less
-tightly, and :mod:`kit.analysis.energy` still interpolates).
+tightly, and :mod:`kit.metrics.energy` still interpolates).
 
 The sampler starts in parallel with the ranks and usually samples long before their first step.
 On a loaded host it may not: a suite run beside a busy loop per core once had the sampler take

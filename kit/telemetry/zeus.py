@@ -4,7 +4,7 @@ Unlike the node sampler, these windows live in the training rank: Zeus's ``ZeusM
 reads the GPU's hardware energy counter (through NVML on NVIDIA, AMD SMI on AMD) at the
 boundaries the rank itself marks, after synchronizing its device. Each rank measures the one
 GPU it drives. ``metrics.json`` ``power.zeus_vs_counter`` cross-checks their sum against the
-sampler's counter (:func:`kit.analysis.power.zeus_cross_check`).
+sampler's counter (:func:`kit.metrics.power.zeus_cross_check`).
 """
 
 import sys

@@ -25,7 +25,7 @@ and step in host buffers, gradients copied out) is the same.
 
 from typing import Any
 
-from kit.analysis.flops import params_count
+from kit.metrics.flops import params_count
 from kit.config.run import RunConfig
 from kit.config.workload import WorkloadSpec
 

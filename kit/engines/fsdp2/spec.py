@@ -5,7 +5,7 @@ kit's plain PyTorch model, the one the deepspeed engine trains. It has data para
 layouts that need model parallelism are refused here with a one-line reason.
 """
 
-from kit.analysis.flops import params_count
+from kit.metrics.flops import params_count
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.config.run import ParallelConfig, RunConfig
 

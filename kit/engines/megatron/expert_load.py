@@ -9,7 +9,7 @@ A router whose experts take a fixed capacity (``moe_pad_expert_input_to_capacity
 each expert's capacity slots as its routing map, tokens routed there or not; the tokens kept
 are those with a nonzero routing probability, which are counted instead. Tokens dropped at
 capacity are then the routed tokens (``top_k`` per token) less the counted ones
-(:mod:`kit.analysis.expert_load`).
+(:mod:`kit.metrics.expert_load`).
 
 Every count is a device operation, so a step captured in a CUDA graph replays them.
 

@@ -4,7 +4,7 @@ Kernel names cannot tell a router's GEMM from an attention projection's, or a pe
 gather from any other copy. Under the profiler each MoE layer's stages run inside
 ``record_function`` ranges named ``moe:<stage>`` (:data:`STAGES`); the operators they launch
 carry the range in the trace, and autograd's backward nodes carry the forward operator's
-sequence number, so :mod:`kit.analysis.moe_breakdown` can give forward and backward kernels
+sequence number, so :mod:`kit.metrics.moe_breakdown` can give forward and backward kernels
 to their stage. Unprofiled runs are left untouched (a range costs host time per call).
 """
 

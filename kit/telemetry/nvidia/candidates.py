@@ -22,7 +22,7 @@ SLOW_READ_MS: dict[str, float] = {
     # 4 ms of CPU a read (the sampler's heaviest: 58% of its CPU at 100 ms on a busy H100,
     # benchmarks/telemetry/results/sampler-cost-h100.txt). Between readings the power samples
     # share out its rise, and it is read again at the measured phase's edges
-    # (kit.analysis.energy, kit.telemetry.edges), so a slower read loses no energy.
+    # (kit.metrics.energy, kit.telemetry.edges), so a slower read loses no energy.
     "energy_j": 500.0,
     # 32-bit registers (uiVal): read every 100 ms they are exact up to 42.9 GB/s per direction.
     "pcie_tx_bytes": 100.0,

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kit.analysis.attribution import StepWindows
+from kit.metrics.attribution import StepWindows
 
 
 class DeviceEnergy(NamedTuple):
@@ -97,7 +97,7 @@ def device_energy(windows: StepWindows, measured: np.ndarray, t: np.ndarray,
     """The device's energy over the measured windows, by counter and by power integral.
 
     Args:
-        windows: Every step's window (:func:`kit.analysis.attribution.step_windows`).
+        windows: Every step's window (:func:`kit.metrics.attribution.step_windows`).
         measured: Which of ``windows`` are measured.
         t: Times of all the device's rows, in order (not only those inside measured windows).
         counter: The cumulative energy counter at each row, joules; NaN where not read.

@@ -12,9 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from kit.analysis.attribution import MEASURED, step_windows
-from kit.analysis.flops import model_flops_per_step
-from kit.analysis.power import device_metrics, host_power
+from kit.metrics.attribution import MEASURED, step_windows
+from kit.metrics.flops import model_flops_per_step
+from kit.metrics.power import device_metrics, host_power
 from kit.config.run import RunConfig
 
 GIB = 1024**3
@@ -40,7 +40,7 @@ def summarize(
     """The canonical summary, per-device metrics, power detail and notes on the sources.
 
     Power and thermal figures come from GPU rows where the run has them (see
-    :mod:`kit.analysis.power`), else from host RAPL power when the host exposes it.
+    :mod:`kit.metrics.power`), else from host RAPL power when the host exposes it.
 
     Args:
         cfg: The resolved run.
@@ -51,7 +51,7 @@ def summarize(
             ``clock_sm_max_mhz``) for excursions and the clock fraction.
         excursion_frac: Excursion threshold as a fraction of the power limit.
         zeus_phase_j: Zeus's energy of each rank's GPU over its measured phase, for every rank
-            that ran measured steps (:func:`kit.analysis.power.zeus_cross_check`).
+            that ran measured steps (:func:`kit.metrics.power.zeus_cross_check`).
 
     Returns:
         ``(summary, per_device, power, notes)``: the ``SUMMARY_KEYS`` dict, one dict per

@@ -2,7 +2,7 @@
 
 Reads a rank's Chrome trace (``profile/rank<N>.json`` of ``run --profile``) and gives every
 kernel (on a GPU; every CPU operator on a host timeline) a category, then partitions each
-profiled step's window the way :mod:`kit.analysis.kernels` does (the innermost running
+profiled step's window the way :mod:`kit.metrics.kernels` does (the innermost running
 compute, else exposed communication, else idle), so the categories sum to the window.
 
 Attribution: under the profiler the engine wraps each MoE layer's stages in ``moe:<stage>``
@@ -16,7 +16,7 @@ GEMMs and per-expert weight-gradient GEMMs), ``expert other`` (their activation 
 ``router`` (gating GEMM, top-k, softmax, load-balancing loss), ``permute/unpermute`` (the
 dispatcher's token sorting and restoring, forward and backward), collectives by type
 (``AllToAll`` is the expert dispatch), ``optimizer``, the rest by kernel name as in
-:mod:`kit.analysis.kernels` (``MatMul`` = the dense layers' GEMMs), and ``idle`` (the device
+:mod:`kit.metrics.kernels` (``MatMul`` = the dense layers' GEMMs), and ``idle`` (the device
 waiting on the host: host gaps).
 """
 
@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kit.analysis.kernels import (
+from kit.metrics.kernels import (
     _DEVICE_CATS,
     IDLE,
     STEP_MARK,

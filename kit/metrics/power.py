@@ -1,6 +1,6 @@
 """Per-device power and thermal metrics over the measured steps, and the job's aggregate.
 
-Samples are attributed to steps first (:mod:`kit.analysis.attribution`); only rows of the
+Samples are attributed to steps first (:mod:`kit.metrics.attribution`); only rows of the
 wanted source (``gpu``, or ``host`` for the RAPL fallback) inside measured step windows count.
 Per device (one ``(node, device)`` series, samples in time order):
 
@@ -57,8 +57,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kit.analysis.attribution import MEASURED, StepWindows, step_windows, window_index
-from kit.analysis.energy import device_energy
+from kit.metrics.attribution import MEASURED, StepWindows, step_windows, window_index
+from kit.metrics.energy import device_energy
 from kit.measure_window import MIN_COUNTER_READINGS, MIN_POWER_SAMPLES
 from kit.telemetry.fields import THROTTLE_BITS
 

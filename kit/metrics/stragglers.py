@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kit.analysis.attribution import MEASURED, StepWindows, window_index
+from kit.metrics.attribution import MEASURED, StepWindows, window_index
 
 EXPOSED_COMM_PHASES = ("grad_sync_s", "pipeline_p2p_s")
 """Phase timers whose time is a rank waiting on other ranks between steps' work."""
