@@ -24,11 +24,11 @@ from kit.bundle import (
     NodeInventory,
     RankRecord,
     concat_chunks,
-    format_bundle,
     new_bundle_id,
     read_bundle,
     verify_bundle,
 )
+from kit.analysis.show import format_bundle
 from kit.errors import BundleError, KitInputError
 from kit.config.platform import PlatformSpec
 from kit.config.resolve import apply_scaling

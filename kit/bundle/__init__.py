@@ -1,11 +1,14 @@
-"""Result bundles: the one self-describing directory every run leaves behind.
+"""Result bundles: the one self-describing directory every run leaves behind, as a format.
+
+This package is the format only: what a run writes and how it is read, checked, packed and
+redacted. Assembling one at the end of a run (kit.launch.assemble, kit.launch.recover) and
+showing one (kit.analysis.show) live with the code that does those.
 
 - :mod:`kit.bundle.schema`: the v1 layout: manifest and metrics models, parquet schemas.
 - :mod:`kit.bundle.writer`: stage a bundle while a run goes, publish it atomically.
 - :mod:`kit.bundle.reader`: open a finished bundle, refusing unknown or broken ones.
 - :mod:`kit.bundle.verify`: check checksums, file list and schemas end to end.
 - :mod:`kit.bundle.verified`: read a bundle for analysis or export only if it verifies.
-- :mod:`kit.bundle.show`: a short human summary.
 - :mod:`kit.bundle.json_schema`: the published JSON Schemas (``schemas/*.schema.json``).
 - :mod:`kit.bundle.archive`, :mod:`kit.bundle.pack`, :mod:`kit.bundle.unpack`: one ``.tar.gz``
   per bundle, unpacked as untrusted input; :mod:`kit.bundle.redact` strips hosts, users, IPs.
@@ -25,7 +28,6 @@ _HOMES = {
     **dict.fromkeys(("SCHEMA_VERSION", "STATUSES", "STEPS_SCHEMA", "SUMMARY_KEYS", "FieldSource",
                      "Manifest", "MetricsFile", "NodeInventory", "RankRecord"),
                     "kit.bundle.schema"),
-    "format_bundle": "kit.bundle.show",
     "unpack_bundle": "kit.bundle.unpack",
     "verify_bundle": "kit.bundle.verify",
     **dict.fromkeys(("BundleStaging", "concat_chunks", "new_bundle_id"), "kit.bundle.writer"),
@@ -59,7 +61,6 @@ __all__ = [
     "NodeInventory",
     "RankRecord",
     "concat_chunks",
-    "format_bundle",
     "new_bundle_id",
     "pack_bundle",
     "read_bundle",

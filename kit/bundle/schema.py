@@ -410,7 +410,7 @@ class MetricsFile(BaseModel):
     )
     samplers: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="One dict per node's telemetry sampler (kit.bundle.assemble.sampler_record):"
+        description="One dict per node's telemetry sampler (kit.launch.assemble.sampler_record):"
         " node, complete (false: the sampler was killed, and the rest is what it reported after "
         "its first tick), cpu_s (CPU time of the sampler process, user + system over all its "
         "threads, seconds: its cost to the node), wall_s, cpu_cores (cpu_s / wall_s: the "

@@ -503,7 +503,7 @@ def bundle() -> None:
 @bundle_input_errors
 def bundle_show(path: Path, allow_unverified: bool) -> None:
     """Verify a bundle and summarize it (of a sweep folder: list its points' bundles)."""
-    from kit.bundle.show import format_bundle, format_sweep_folder
+    from kit.analysis.show import format_bundle, format_sweep_folder
     from kit.bundle.verified import read_verified_bundle
     from kit.sweep.folder import read_sweep_folder
 
@@ -538,7 +538,7 @@ def bundle_recover(path: Path) -> None:
     reason. A multi-node run's folder (node 0's agent killed) is merged from every node's part.
     Refused while the launcher, another node's agent or a rank of the run still runs here.
     """
-    from kit.bundle.recover import recover_bundle
+    from kit.launch.recover import recover_bundle
     from kit.bundle.verify import verify_bundle
 
     bundle_path = recover_bundle(path)

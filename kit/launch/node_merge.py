@@ -2,13 +2,13 @@
 
 Two callers: node 0's agent, which merges the records live once every agent reported
 (kit.launch.node_session), and ``bundle recover``, which merges what a staging folder holds when
-node 0's agent died before publishing (kit.bundle.recover). Both build each node's inventory,
+node 0's agent died before publishing (kit.launch.recover). Both build each node's inventory,
 telemetry folder and clock offset, and the ranks' exits on node 0's clock, the same way.
 """
 
 from pathlib import Path
 
-from kit.bundle.assemble import NodeData, read_sampler_report
+from kit.launch.assemble import NodeData, read_sampler_report
 from kit.bundle.schema import ClockSync, NodeInventory
 from kit.launch.inventory import node_inventory
 from kit.launch.local import RankExit

@@ -7,7 +7,7 @@ folder in the shared output folder and hands its name out; every other node must
 while torch's elastic agent runs its ranks (kit.launch.elastic), whose results, steps and logs
 land in the shared staging folder. At the end every agent writes its node record and measures
 its clock again; node 0 waits for each live agent, then assembles one bundle through the same
-path as a one-node run (kit.bundle.assemble) and tells the others how the run ended.
+path as a one-node run (kit.launch.assemble) and tells the others how the run ended.
 """
 
 import json
@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 from kit.cache import compile_cache
-from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
+from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.errors import KitInputError
 from kit.launch.clock import ClockOffset, measure_clock, serve_clock

@@ -1,7 +1,7 @@
 """One run from resolved config to published bundle.
 
 Order: staging directory -> telemetry sampler (own process) -> ranks -> sampler stopped ->
-bundle assembled and published (kit.bundle.assemble). From staging to publication SIGINT and
+bundle assembled and published (kit.launch.assemble). From staging to publication SIGINT and
 SIGTERM only count (kit.launch.signals), so whatever happens after staging exists (a rank
 failure, a dead sampler, Ctrl-C, a job's end) a bundle is published whose manifest says how the
 run ended; a CLI run then ignores them until it exits, so its exit code is the run's. Only a
@@ -213,7 +213,7 @@ def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | Fabric
                            marks_path(staging, 0), fallback, pipelined=cfg.parallel.pp > 1)
 
 
-WARM_IMPORTS = ("kit.bundle.assemble", "kit.container.command")
+WARM_IMPORTS = ("kit.launch.assemble", "kit.container.command")
 """Modules the bundle's assembly needs, imported in the background once the ranks are started:
 neither before (pyarrow.compute, the analysis: 0.2-0.3 s of CPU the ranks would wait for) nor
 after the last step (torch is not one: the node inventory reads its versions from its files,
@@ -265,7 +265,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
                 cfg, staging.path, staging.logs_dir, interrupts,
                 on_started=started, on_poll=on_poll, worker=worker),
             progress_watcher(cfg, staging.path), watchdog, marks)
-        from kit.bundle.assemble import RunEnd, assemble_bundle, run_end  # warm: see above
+        from kit.launch.assemble import RunEnd, assemble_bundle, run_end  # warm: see above
 
         results = [read_rank_result(staging.path, r) for r in range(cfg.world_size)]
         end = stall_end(run_end(outcome, results, staging.logs_dir,

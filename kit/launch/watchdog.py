@@ -64,7 +64,7 @@ from kit.launch.stall_evidence import (
 from kit.config.run import RunConfig
 
 if TYPE_CHECKING:  # the bundle's assembly is imported while the ranks start (kit.launch.session)
-    from kit.bundle.assemble import RunEnd
+    from kit.launch.assemble import RunEnd
 
 STARTUP_ALLOWANCE_S = 900.0
 """Limit before every rank has finished its first step (model build, NCCL set-up, compile)."""

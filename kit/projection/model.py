@@ -289,7 +289,7 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     mem_gib = plan.memory.peak.total_bytes / GIB  # run --dry-run's "total per device"
     summary, interval = _summary(cfg, step_s, power, mem_gib)
     given = {Path(p).resolve(): str(p) for p in paths}
-    from kit.bundle.assemble import _git_commit
+    from kit.launch.assemble import _git_commit
 
     return ProjectionFile(
         kit_version=kit.__version__, git_commit=_git_commit(),

@@ -3,7 +3,7 @@
 A launcher killed outright (the OOM killer, SIGKILL, a node reboot) cannot publish its bundle,
 but its staging folder holds what the run recorded: every step the ranks streamed, every
 telemetry chunk, the ranks' logs, and the results of ranks that ended. This assembles them
-through the same code as a live run (kit.bundle.assemble), with status ``failed`` and the
+through the same code as a live run (kit.launch.assemble), with status ``failed`` and the
 reason, once the launcher is known to be dead.
 
 A multi-node run's staging folder, left when node 0's agent (the one that publishes) died,
@@ -16,7 +16,7 @@ they ended).
 import socket
 from pathlib import Path
 
-from kit.bundle.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report
+from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report
 from kit.bundle.writer import SUMS_NAME, BundleStaging
 from kit.errors import BundleError, KitInputError
 from kit.launch.rankfile import (
