@@ -9,7 +9,7 @@ import pytest
 
 from kit.bundle.json_schema import SCHEMAS_DIR, bundle_json_schemas, render
 from kit.bundle.schema import SCHEMA_VERSION, STEPS_SCHEMA, SUMMARY_KEYS, Manifest, MetricsFile
-from kit.telemetry.fields import TELEMETRY_SCHEMA
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 
 from .conftest import REPO
 from .test_bundle_archive import one_line_error, rehash, write_archive

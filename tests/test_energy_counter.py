@@ -16,7 +16,7 @@ import pytest
 from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.telemetry.edges import EDGE_ENV, poke_sampler
-from kit.telemetry.fields import TELEMETRY_SCHEMA, make_row
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, make_row
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 

@@ -23,7 +23,7 @@ from kit.config.resolve import RunRequest
 from kit.config.run import ParallelConfig, RunConfig
 from kit.telemetry import register_source
 from kit.telemetry.base import FieldInfo, TelemetrySource
-from kit.telemetry.fields import make_row
+from kit.bundle.telemetry_fields import make_row
 from kit.telemetry.sampler import TelemetrySampler
 
 from .conftest import REPO

@@ -26,7 +26,7 @@ from kit.bundle.schema import STEPS_SCHEMA
 from kit.bundle.unpack import MAX_EXTENSION_HEADERS, unpack_bundle
 from kit.bundle.writer import write_sums
 from kit.errors import BundleError
-from kit.telemetry.fields import TELEMETRY_SCHEMA
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 from tests.hostile_bundles import (
     H200,
     chained_archive,

@@ -10,7 +10,7 @@ from kit.metrics.summary import summarize
 from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA, MetricsFile
 from kit.config.resolve import RunRequest, resolve
-from kit.telemetry.fields import TELEMETRY_SCHEMA, THROTTLE_BITS, make_row
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, THROTTLE_BITS, make_row
 
 
 def steps(rows):

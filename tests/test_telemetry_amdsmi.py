@@ -40,7 +40,7 @@ from kit.telemetry.amd.quirks import (
     package_share,
 )
 from kit.telemetry.base import sample_once
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 from tests.conftest import REPO
 from tests.fakes import fake_library
 from tests.test_telemetry_nvml import assert_never_read_early, spacing_ms, wait_for_reads

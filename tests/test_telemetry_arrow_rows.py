@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from kit.telemetry.arrow_rows import column, table_from_rows
-from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA, make_row
+from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, make_row
 
 from .conftest import REPO
 
@@ -55,7 +55,7 @@ def test_writing_chunks_does_not_import_pandas(tmp_path):
     code = ("import sys\n"
             "from pathlib import Path\n"
             "from kit.telemetry.chunks import ChunkWriter\n"
-            "from kit.telemetry.fields import make_row\n"
+            "from kit.bundle.telemetry_fields import make_row\n"
             "w = ChunkWriter(Path(sys.argv[1]), chunk_rows=2, flush_s=60.0)\n"
             "w.add([make_row(1.0, 0, 0, 'host', power_w=5.0)] * 3)\n"
             "w.flush()\n"

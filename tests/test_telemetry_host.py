@@ -20,7 +20,7 @@ from kit.telemetry import (
     register_source,
 )
 from kit.telemetry.base import FieldInfo
-from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA, TELEMETRY_COLUMNS, make_row
+from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, TELEMETRY_COLUMNS, make_row
 from kit.telemetry.host import HostSource, RaplPackagePower
 from kit.telemetry.sampler import SamplerReport, TelemetrySampler
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kit.metrics.summary import step_spans
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 
 def main(bundle: Path) -> None:

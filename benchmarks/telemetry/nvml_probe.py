@@ -20,7 +20,7 @@ import pynvml
 import torch
 
 from kit.telemetry.base import sample_once
-from kit.telemetry.fields import CANONICAL_FIELDS
+from kit.bundle.telemetry_fields import CANONICAL_FIELDS
 from kit.telemetry.nvidia.nvml import NvmlSource
 from kit.telemetry.throttle import reason_names
 

@@ -38,7 +38,7 @@ from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
 from kit.neutralize import control_problem, neutral_data, terminal_safe
 from kit.projection.file import is_projection_file, projected_bundle
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 
 @dataclass(frozen=True)

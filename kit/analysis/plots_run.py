@@ -43,7 +43,7 @@ from kit.analysis.plots_common import (
     wrapped,
 )
 from kit.analysis.run_view import DeviceSeries, RunView, Scales, TimeAxis
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 LEGEND_MAX = 16
 """Devices of a run drawn one line each; more are drawn as their mean and min..max."""

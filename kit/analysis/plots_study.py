@@ -29,7 +29,7 @@ from kit.analysis.plots_common import colors, legend_outside
 from kit.analysis.plots_cross import comm_shares
 from kit.analysis.plots_run import held, throttle_steps
 from kit.analysis.run_view import DeviceSeries, RunView, series
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 SWEPT = ("micro_batch_size", "tp", "pp", "dp", "cp", "ep")
 """Parameters a sweep may vary, in the order a tie is broken (micro-batch first)."""

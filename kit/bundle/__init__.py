@@ -32,7 +32,7 @@ _HOMES = {
     "verify_bundle": "kit.bundle.verify",
     **dict.fromkeys(("BundleStaging", "concat_chunks", "new_bundle_id"), "kit.bundle.writer"),
     **dict.fromkeys(("TELEMETRY_FIELDS", "TELEMETRY_SCHEMA", "THROTTLE_BITS"),
-                    "kit.telemetry.fields"),
+                    "kit.bundle.telemetry_fields"),
 }
 """Where each name below lives: imported on first use, so a process that needs one module of
 the bundle layer (the launcher needs the schema) does not import the readers, packers and

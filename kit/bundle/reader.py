@@ -27,7 +27,7 @@ from kit.bundle.schema import (
 from kit.bundle.writer import PARTIAL_SUFFIX
 from kit.errors import BundleError
 from kit.config.loader import describe_validation_error
-from kit.telemetry.fields import TELEMETRY_SCHEMA
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 
 if TYPE_CHECKING:
     from kit.projection.file import ProjectionFile

@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kit.telemetry.fields import TELEMETRY_FIELDS, column
+from kit.bundle.telemetry_fields import TELEMETRY_FIELDS, column
 
 SCHEMA_VERSION = 1
 """Version of the layout below; readers refuse bundles with a newer one."""

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kit.fabric.spec import FabricSpec
+from kit.config.fabric import FabricSpec
 from kit.config.bounds import MAX_STEPS
 from kit.config.platform import Dtype, PlatformSpec
 from kit.config.workload import ScalingRecord, WorkloadSpec

@@ -8,7 +8,7 @@ of the number of ranks ``n``: all-reduce ``2(n-1)/n``; reduce-scatter, all-gathe
 all-to-all ``(n-1)/n``; send/recv (and broadcast, reduce) ``1``.
 """
 
-from kit.fabric.spec import CollectiveOp
+from kit.config.fabric import CollectiveOp
 
 ELEMENT_BYTES = 4
 """The benchmark moves fp32 elements, as nccl-tests does by default (``-d float``)."""

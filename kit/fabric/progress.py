@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from kit.fabric.results import FabricPoint
-from kit.fabric.spec import FabricSpec
+from kit.config.fabric import FabricSpec
 from kit.launch.rankfile import RANKS_DIR
 
 

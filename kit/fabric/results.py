@@ -5,7 +5,7 @@ from tabulate import tabulate
 
 from kit.bundle.reader import Bundle
 from kit.errors import BundleError
-from kit.fabric.spec import CollectiveOp
+from kit.config.fabric import CollectiveOp
 
 RESULTS_NAME = "fabric.json"
 
@@ -16,7 +16,7 @@ class FabricPoint(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     op: CollectiveOp
-    size_bytes: int = Field(gt=0, description="S as nccl-tests defines it (kit.fabric.spec).")
+    size_bytes: int = Field(gt=0, description="S as nccl-tests defines it (kit.config.fabric).")
     iterations: int | None = Field(
         None, gt=0, description="Timed operations of this point (more than the run's "
         "iterations for small messages, kit.fabric.timing); null in bundles of kits that timed "

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from kit.errors import KitInputError
 from kit.fabric.request import FabricRequest
-from kit.fabric.spec import (
+from kit.config.fabric import (
     DEFAULT_SIZES_CPU,
     DEFAULT_SIZES_GPU,
     OPS,

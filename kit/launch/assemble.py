@@ -38,7 +38,7 @@ from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.rankfile import SCRATCH, RankResult, read_rank_result, recover_rank_result
 from kit.config.run import RunConfig
-from kit.telemetry.fields import TELEMETRY_FIELDS
+from kit.bundle.telemetry_fields import TELEMETRY_FIELDS
 from kit.telemetry.sampler import REPORT_NAME, SamplerReport
 
 LOG_TAIL_LINES = 10

@@ -198,7 +198,7 @@ def sample_and_launch(
 def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | FabricProgress":
     """Progress of rank 0's start-up and steps (or a fabric run's points), as the launcher
     shows it."""
-    from kit.fabric.spec import FabricSpec
+    from kit.config.fabric import FabricSpec
 
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
     if isinstance(cfg.workload, FabricSpec):

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from kit.fabric.spec import FabricSpec
+from kit.config.fabric import FabricSpec
 from kit.launch.rankfile import steps_log_path, write_json_atomic
 from kit.launch.signals import SignalCounter
 from kit.launch.stall_dumps import LOGS_DIR, STALL_RECORD, flight_recorder_path

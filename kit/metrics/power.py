@@ -60,7 +60,7 @@ import pyarrow.compute as pc
 from kit.metrics.attribution import MEASURED, StepWindows, step_windows, window_index
 from kit.metrics.energy import device_energy
 from kit.measure_window import MIN_COUNTER_READINGS, MIN_POWER_SAMPLES
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 _CODES = 64
 """Throttle values counted one by one: every OR of the six kit bits (0..63)."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from kit.fabric.bandwidth import bus_factor
 from kit.fabric.results import FabricResults
-from kit.fabric.spec import CollectiveOp
+from kit.config.fabric import CollectiveOp
 from kit.projection.span import ZERO, Span
 from kit.projection.volumes import Collective, Group
 from kit.config.platform import PlatformSpec

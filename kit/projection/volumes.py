@@ -58,7 +58,7 @@ from typing import Literal
 
 from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
 from kit.engines.registry import engine_spec
-from kit.fabric.spec import CollectiveOp
+from kit.config.fabric import CollectiveOp
 from kit.plan.memory import element_bytes, stage_parameters
 from kit.config.run import RunConfig
 from kit.config.workload import WorkloadSpec, padded_vocab_size

@@ -2,7 +2,7 @@
 
 Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`: what a backend
 reads, how it is planned for a run and how it probes the host) and the shared error mapping;
-:mod:`kit.telemetry.fields` the canonical row and its columns; one module or folder per backend
+:mod:`kit.bundle.telemetry_fields` the canonical row and its columns; one module or folder per backend
 (``host``, ``replay``, ``nvidia/`` with NVML and its throttle reasons, ``amd/`` with AMD SMI
 and its quirks); :mod:`kit.telemetry.counters` unwraps every backend's cumulative counters;
 :mod:`kit.telemetry.throttle` names the vendor-neutral throttle bits;

@@ -3,7 +3,7 @@
 pyarrow's ``pa.array``, ``pa.Table.from_pylist`` and ``pa.scalar`` look for pandas objects in
 what they are given, and the first look imports pandas: 0.3-0.4 s of CPU in the sampler
 process, which never uses it, while the ranks start beside it. The telemetry row's columns
-(:data:`~kit.telemetry.fields.TELEMETRY_SCHEMA`) are float64, int32, int64 and UTF-8 strings,
+(:data:`~kit.bundle.telemetry_fields.TELEMETRY_SCHEMA`) are float64, int32, int64 and UTF-8 strings,
 so each is laid out here in the buffers Arrow defines for it (a validity bitmap, the values, a
 string's offsets) with the stdlib :mod:`array`, and pyarrow wraps them as they are.
 

@@ -168,7 +168,7 @@ class TelemetrySource(ABC):
             t: The sampler's tick time in unix seconds; every row of this tick carries it.
 
         Returns:
-            One canonical row (see :func:`kit.telemetry.fields.make_row`) per device, or one
+            One canonical row (see :func:`kit.bundle.telemetry_fields.make_row`) per device, or one
             for the host.
 
         Raises:

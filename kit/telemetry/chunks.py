@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from kit.atomic_write import write_atomic
 from kit.telemetry.arrow_rows import table_from_rows
-from kit.telemetry.fields import TELEMETRY_ARROW_SCHEMA, make_row
+from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, make_row
 
 CHUNK_GLOB = "chunk-*.parquet"
 """Names of the chunk files; their zero-padded indices sort in write order."""

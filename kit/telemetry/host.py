@@ -18,7 +18,7 @@ from kit.telemetry.base import (
     TelemetrySource,
 )
 from kit.telemetry.counters import WrappingCounter, describe_events
-from kit.telemetry.fields import make_row
+from kit.bundle.telemetry_fields import make_row
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 """Where the kernel exposes powercap (RAPL) zones."""

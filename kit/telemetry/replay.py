@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from kit.bundle.verify import CUMULATIVE_FIELDS
 from kit.paths import kit_home
 from kit.telemetry.base import FieldInfo, TelemetryNotSupportedError, TelemetrySource
-from kit.telemetry.fields import CANONICAL_FIELDS, TELEMETRY_SCHEMA
+from kit.bundle.telemetry_fields import CANONICAL_FIELDS, TELEMETRY_SCHEMA
 
 if TYPE_CHECKING:
     from kit.config.run import RunConfig

@@ -70,7 +70,7 @@ from kit.telemetry.base import (
     TelemetrySource,
     by_device,
 )
-from kit.telemetry.fields import make_row
+from kit.bundle.telemetry_fields import make_row
 
 __all__ = ["AmdSmiSource", "load_amdsmi"]
 

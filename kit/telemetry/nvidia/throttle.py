@@ -2,7 +2,7 @@
 
 from functools import lru_cache
 
-from kit.telemetry.fields import THROTTLE_BITS
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 _OTHER = THROTTLE_BITS["other"]
 
