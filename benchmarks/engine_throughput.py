@@ -43,7 +43,7 @@ from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
 from kit.engines.registry import engine_spec
 from kit.config.detect import detect_platform
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 from kit.config.workload import WorkloadSpec, padded_vocab_size
 
 GiB = 2**30

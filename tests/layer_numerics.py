@@ -22,7 +22,7 @@ from kit.engines.megatron.attention import SDPAttention
 from kit.engines.megatron.engine import MegatronEngine
 from kit.engines.megatron.linears import BiasAddColumnParallelLinear
 from kit.config.loader import load_workload
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from kit.engines.megatron.engine import MegatronEngine
 from kit.engines.megatron.grouped_mlp import GroupedMLP
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

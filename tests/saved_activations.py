@@ -16,7 +16,7 @@ import torch
 
 from kit.engines.megatron.engine import MegatronEngine
 from kit.plan.memory import estimate_memory
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 # Storages under this size are per-token statistics (norm rstd, attention log-sum-exp), which
 # the estimator leaves out by design.

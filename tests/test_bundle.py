@@ -31,7 +31,7 @@ from kit.bundle import (
 from kit.analysis.show import format_bundle
 from kit.errors import BundleError, KitInputError
 from kit.config.platform import PlatformSpec
-from kit.config.resolve import apply_scaling
+from kit.plan.resolve import apply_scaling
 from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
 from kit.config.workload import ScalingRule, WorkloadSpec
 

@@ -1,7 +1,7 @@
 """The DeepSpeed config the engine builds from resolved runs, for GPU platforms CI cannot run."""
 
 from kit.engines.deepspeed.config import deepspeed_config
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 
 def config_for(**opts) -> dict:

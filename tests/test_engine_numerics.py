@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kit.errors import KitInputError
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 from .conftest import bundle_path, why_failed
 

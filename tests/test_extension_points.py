@@ -19,7 +19,7 @@ from kit.errors import KitInputError
 from kit.launch.session import telemetry_plan
 from kit.plan import plan_run
 from kit.config.loader import load_platform
-from kit.config.resolve import RunRequest
+from kit.plan.resolve import RunRequest
 from kit.config.run import ParallelConfig, RunConfig
 from kit.telemetry import register_source
 from kit.telemetry.base import FieldInfo, TelemetrySource

@@ -13,7 +13,7 @@ import yaml
 
 from kit.errors import KitInputError
 from kit.config.loader import load_workload
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ from kit.plan.memory import (
     predicted_oom,
 )
 from kit.config.loader import load_workload
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 from kit.config.run import RunConfig
 
 from .conftest import REPO, why_failed

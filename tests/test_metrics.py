@@ -6,7 +6,7 @@ import pytest
 from kit.metrics.summary import step_spans, summarize
 from kit.metrics.power import host_power
 from kit.bundle.schema import STEPS_SCHEMA
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, make_row
 
 

@@ -9,7 +9,7 @@ from kit.metrics.attribution import attribute_samples
 from kit.metrics.summary import summarize
 from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA, MetricsFile
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, THROTTLE_BITS, make_row
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kit.errors import KitInputError
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 from .conftest import why_failed
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kit.launch.watchdog import STARTUP_ALLOWANCE_S, stall_policy, stall_verdict
-from kit.config.resolve import resolve, run_request
+from kit.plan.resolve import resolve, run_request
 
 from .conftest import (
     bundle_path,

@@ -300,7 +300,7 @@ import sys
 import torch
 import torch.distributed as dist
 from kit.launch.early_groups import EarlyProcessGroup
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 rank, world = int(sys.argv[1]), int(sys.argv[2])
 cfg = resolve(RunRequest(workload="gpt3-tiny", platform="cpu"))
 group = EarlyProcessGroup(cfg, rank, world)

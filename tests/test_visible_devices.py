@@ -58,7 +58,7 @@ def four_h100s(monkeypatch, tmp_path):
 def test_a_layout_smaller_than_the_host_runs_on_the_first_visible_devices(four_h100s,
                                                                            monkeypatch):
     from kit.launch.inventory import node_inventory
-    from kit.config.resolve import RunRequest, resolve
+    from kit.plan.resolve import RunRequest, resolve
     from kit.telemetry.nvidia.nvml import NvmlSource
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
@@ -74,7 +74,7 @@ def test_a_layout_smaller_than_the_host_runs_on_the_first_visible_devices(four_h
 
 
 def test_without_the_variables_a_full_layout_fills_the_node(four_h100s, monkeypatch):
-    from kit.config.resolve import RunRequest, resolve
+    from kit.plan.resolve import RunRequest, resolve
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cfg = resolve(RunRequest(workload="gpt3-1.3b", tp=2), require_present=True)

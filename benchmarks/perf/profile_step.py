@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.engine_throughput import TorchGPT
 from kit.engines.megatron.engine import MegatronEngine
 from kit.config.detect import detect_platform
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 CATEGORIES = (("gemm", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")),
               ("attention", ("flash", "fmha", "attention")),

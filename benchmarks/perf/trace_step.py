@@ -37,7 +37,7 @@ def record(out: Path, workload: str, stack: bool) -> None:
 
     from kit.engines.megatron.engine import MegatronEngine
     from kit.config.detect import detect_platform
-    from kit.config.resolve import RunRequest, resolve
+    from kit.plan.resolve import RunRequest, resolve
 
     req = RunRequest(workload=workload, platform=detect_platform().name,
                      micro_batch_size=4, global_batch_size=16, telemetry_interval_ms=0)

@@ -22,7 +22,7 @@ import torch
 
 from kit.engines import engine_spec
 from kit.launch.worker import freeze_imported_objects
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 
 
 def _timed(label: str, fn) -> None:  # type: ignore[no-untyped-def]

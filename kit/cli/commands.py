@@ -28,7 +28,7 @@ from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_ru
 from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
 from kit.projection.request import ProjectionTarget
-from kit.config.resolve import RunRequest
+from kit.plan.resolve import RunRequest
 from kit.study.command import study
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def run(workload: str, out: Path, dry_run: bool, force: bool, as_json: bool,
     """
     from kit.cli.tables import next_steps, print_dry_run, print_summary
     from kit.plan import plan_run
-    from kit.config.resolve import run_request
+    from kit.plan.resolve import run_request
 
     req = run_request(workload=workload, **opts)
     plan = plan_run(req, require_present=not dry_run)
@@ -169,7 +169,7 @@ def submit(workload: str, out: Path, wait: bool, dry_run: bool, force: bool, as_
     from kit.launch.sbatch import absolute_files, job_output, job_runtime, sbatch_script
     from kit.launch.submit import early_failure, follow_job, keep_script, submit_job
     from kit.plan import plan_run
-    from kit.config.resolve import run_request
+    from kit.plan.resolve import run_request
 
     req = absolute_files(run_request(workload=workload, launcher="slurm", **opts))
     plan = plan_run(req, require_present=False)  # the nodes have the devices, not this host

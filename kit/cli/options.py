@@ -1,6 +1,6 @@
 """Click options generated from a pydantic model, so a run's options are defined once.
 
-Each field of :class:`~kit.config.resolve.RunRequest` but those given as arguments becomes an
+Each field of :class:`~kit.plan.resolve.RunRequest` but those given as arguments becomes an
 option: ``--field-name`` (or the field's ``cli`` name), its description as the help, its default
 shown, a ``Literal`` as a choice, a bounded int as a range, a text pattern as a check that names
 the field's ``form``, a bool as a ``--x/--no-x`` pair.

@@ -4,7 +4,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.errors import KitInputError
 from kit.config.loader import describe_validation_error
-from kit.config.resolve import RunRequest
+from kit.plan.resolve import RunRequest
 from kit.config.run import Launcher
 
 _RUN = RunRequest.model_fields

@@ -24,7 +24,7 @@ from kit.container.command import container_command
 from kit.errors import KitInputError
 from kit.launch.slurm import AGENT_ENV, PORT_BASE, srun_agents
 from kit.neutralize import control_problem, terminal_safe
-from kit.config.resolve import RunRequest
+from kit.plan.resolve import RunRequest
 from kit.config.run import RunConfig
 
 JobRuntime = Literal["pyxis", "apptainer", "none"]

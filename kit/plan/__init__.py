@@ -7,7 +7,7 @@ accepts is one ``run`` accepts, for the same reasons in the same words.
 from dataclasses import dataclass
 
 from kit.plan.memory import MemoryEstimate, estimate_memory, fit_refusal, fit_warning
-from kit.config.resolve import RunRequest, resolve
+from kit.plan.resolve import RunRequest, resolve
 from kit.config.run import RunConfig
 
 

@@ -364,7 +364,7 @@ def estimate_memory(cfg: RunConfig, zero_stage: int | None = None) -> MemoryEsti
     """Estimate per-device memory of ``cfg`` and whether it fits its platform.
 
     Args:
-        cfg: A resolved run (:func:`kit.config.resolve.resolve`).
+        cfg: A resolved run (:func:`kit.plan.resolve.resolve`).
         zero_stage: DeepSpeed ZeRO stage for the deepspeed engine; ``None`` takes the config's.
 
     Returns:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import KitInputError
 from kit.config.platform import PlatformSpec
-from kit.config.resolve import RunRequest, run_request
+from kit.plan.resolve import RunRequest, run_request
 from kit.config.run import Recompute
 from kit.config.workload import WorkloadSpec
 

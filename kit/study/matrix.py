@@ -25,7 +25,7 @@ from kit.errors import KitInputError
 from kit.plan import plan_run
 from kit.config.detect import detect_platform, local_accelerator_names, platform_present
 from kit.config.loader import load_platform
-from kit.config.resolve import RunRequest
+from kit.plan.resolve import RunRequest
 from kit.study.catalog import FINDING_IDS
 from kit.study.estimate import step_s
 from kit.sweep.spec import SweepSpec

@@ -19,7 +19,7 @@ from kit.errors import KitInputError
 from kit.plan import plan_run
 from kit.plan.memory import MemoryEstimate
 from kit.config.loader import describe_validation_error, load_platform, load_workload
-from kit.config.resolve import RunRequest, run_request
+from kit.plan.resolve import RunRequest, run_request
 from kit.config.run import RunConfig
 from kit.sweep.spec import SweepSpec
 

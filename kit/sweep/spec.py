@@ -1,6 +1,6 @@
 """The sweep file: a base run, the axes of the grid, and the constraints that skip points.
 
-Field names in ``base``, the axes and the constraints are :class:`kit.config.resolve.RunRequest`
+Field names in ``base``, the axes and the constraints are :class:`kit.plan.resolve.RunRequest`
 fields, checked when the file loads, and so is every axis value against its field's type and
 bounds (``tp: [1, 3, "two"]`` refuses the file rather than skip a point); a field added to
 ``RunRequest`` (a new ``run`` option) works in sweeps with no change here.
@@ -25,7 +25,7 @@ from pydantic import (
 
 from kit.config.bounds import MAX_SWEEP_POINTS
 from kit.config.loader import load_yaml_model
-from kit.config.resolve import RunRequest
+from kit.plan.resolve import RunRequest
 from kit.sweep.conditions import evaluate_condition, parse_condition
 
 REQUEST_FIELDS = frozenset(RunRequest.model_fields)
