@@ -42,7 +42,7 @@ from kit.metrics.flops import model_flops_per_step
 from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
 from kit.engines.registry import engine_spec
-from kit.config.detect import detect_platform
+from kit.plan.detect import detect_platform
 from kit.plan.resolve import RunRequest, resolve
 from kit.config.workload import WorkloadSpec, padded_vocab_size
 

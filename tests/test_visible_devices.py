@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kit.errors import KitInputError
-from kit.config import detect
+from kit.plan import detect
+from kit.telemetry import devices
 from kit.config.visible_devices import visible_indices
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,10 +50,10 @@ def _node(count: int) -> dict:
 def four_h100s(monkeypatch, tmp_path):
     from tests.fakes import fake_library
 
-    detect.node_accelerators.cache_clear()
+    devices.node_accelerators.cache_clear()
     with fake_library(monkeypatch, "pynvml", _node(4), tmp_path):
         yield
-    detect.node_accelerators.cache_clear()
+    devices.node_accelerators.cache_clear()
 
 
 def test_a_layout_smaller_than_the_host_runs_on_the_first_visible_devices(four_h100s,
@@ -63,7 +64,7 @@ def test_a_layout_smaller_than_the_host_runs_on_the_first_visible_devices(four_h
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
     assert detect.detect_platform().name == "h100"
-    assert len(detect.local_accelerator_names()) == 2
+    assert len(devices.local_accelerator_names()) == 2
     cfg = resolve(RunRequest(workload="gpt3-1.3b", dp=1), require_present=True)
     assert (cfg.world_size, cfg.devices_per_node) == (1, 1)
     # The sampler reads the device the one rank runs on, by NVML's index.

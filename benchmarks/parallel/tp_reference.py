@@ -296,7 +296,7 @@ def main() -> None:
         sys.exit(2)
 
     from kit.metrics.flops import model_flops_per_step
-    from kit.config.detect import detect_platform
+    from kit.plan.detect import detect_platform
     from kit.config.loader import load_workload
 
     dp = args.gpus // args.tp

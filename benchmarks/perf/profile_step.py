@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.engine_throughput import TorchGPT
 from kit.engines.megatron.engine import MegatronEngine
-from kit.config.detect import detect_platform
+from kit.plan.detect import detect_platform
 from kit.plan.resolve import RunRequest, resolve
 
 CATEGORIES = (("gemm", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")),

@@ -36,7 +36,7 @@ def record(out: Path, workload: str, stack: bool) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from kit.engines.megatron.engine import MegatronEngine
-    from kit.config.detect import detect_platform
+    from kit.plan.detect import detect_platform
     from kit.plan.resolve import RunRequest, resolve
 
     req = RunRequest(workload=workload, platform=detect_platform().name,

@@ -74,7 +74,7 @@ if [ -z "$GPU" ]; then echo "error: no H100 or H200 here"; exit 1; fi
 PARTIAL=cut
 if [ "$GPU" != cpu ]; then
   SEEN=$(CUDA_VISIBLE_DEVICES=0 python3 -c \
-    "from kit.config.detect import local_accelerator_names as f; print(len(f()))" 2>/dev/null)
+    "from kit.telemetry.devices import local_accelerator_names as f; print(len(f()))" 2>/dev/null)
   if [ "$SEEN" = 1 ]; then
     PARTIAL=native; echo "# the kit honours CUDA_VISIBLE_DEVICES (sees 1 GPU under =0)"
   else

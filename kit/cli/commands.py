@@ -388,7 +388,8 @@ def platforms_show(name: str) -> None:
 @platforms.command("detect")
 def platforms_detect() -> None:
     """Print which platform this host is."""
-    from kit.config.detect import detect_platform, local_accelerator_names
+    from kit.plan.detect import detect_platform
+    from kit.telemetry.devices import local_accelerator_names
 
     spec = detect_platform()
     devices = ", ".join(local_accelerator_names()) or "no accelerators"
@@ -420,7 +421,7 @@ def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: s
     the file's path."""
     from kit.projection.gemm import SUFFIX, write_gemm_table
     from kit.projection.gemm_bench import measure_gemm_table
-    from kit.config.detect import detect_platform
+    from kit.plan.detect import detect_platform
 
     name = platform_name or detect_platform().name
     table = measure_gemm_table(

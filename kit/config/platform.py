@@ -130,7 +130,7 @@ class PlatformSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_devices(self) -> "PlatformSpec":
-        from kit.telemetry import known_sources
+        from kit.config.telemetry_sources import known_sources
 
         unknown = [name for name in self.telemetry if name not in known_sources()]
         if unknown:

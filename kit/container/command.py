@@ -192,7 +192,7 @@ def run_in_container(
         KitInputError: The platform is not on this host (unless ``dry_run``), names no image,
             or the runtime is not installed.
     """
-    from kit.config.detect import detect_platform, platform_present
+    from kit.plan.detect import detect_platform, platform_present
     from kit.config.loader import load_platform
 
     spec = load_platform(platform) if platform else detect_platform()

@@ -14,7 +14,8 @@ from kit.config.fabric import (
 )
 from kit.launch.launchers import launch_run
 from kit.launch.session import SessionResult
-from kit.config.detect import detect_platform, local_accelerator_names, platform_present
+from kit.plan.detect import detect_platform, platform_present
+from kit.telemetry.devices import local_accelerator_names
 from kit.config.loader import load_platform
 from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
 

@@ -14,7 +14,7 @@ import psutil
 
 from kit.bundle.schema import NodeInventory
 from kit.config import visible_devices
-from kit.config.detect import node_accelerators
+from kit.telemetry.devices import node_accelerators
 
 ENGINE_PACKAGES = ("megatron-core", "deepspeed", "transformer-engine", "zeus")
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from kit.errors import KitInputError
 from kit.plan import plan_run
-from kit.config.detect import detect_platform, local_accelerator_names, platform_present
+from kit.plan.detect import detect_platform, platform_present
+from kit.telemetry.devices import local_accelerator_names
 from kit.config.loader import load_platform
 from kit.plan.resolve import RunRequest
 from kit.study.catalog import FINDING_IDS

@@ -136,7 +136,7 @@ class TelemetrySource(ABC):
         """Constructor keyword arguments for sampling ``node`` of the run ``cfg`` (picklable:
         the sampler builds the source in its own process). For a device backend, the devices
         the node's ranks run on, by driver index (the visible-device variables honoured)."""
-        from kit.config.detect import run_device_indices
+        from kit.telemetry.devices import run_device_indices
 
         kwargs: dict[str, Any] = {"node": node}
         if cls.reads_devices:

@@ -1,10 +1,14 @@
-"""Find which shipped platform this host is, from what its drivers report."""
+"""This node's accelerators as their drivers list them, and which of them a run's ranks use.
+
+The first telemetry backend that finds any devices names them (:meth:`TelemetrySource.probe`);
+platform detection (kit.plan.detect) matches those names, and each device backend samples the
+devices the node's ranks run on (:meth:`TelemetrySource.plan`).
+"""
 
 from functools import lru_cache
 
 from kit.config import visible_devices
-from kit.config.loader import load_platform, platform_names
-from kit.config.platform import PlatformSpec
+from kit.config.telemetry_sources import SOURCES, load_source_class
 
 SOURCE_VENDORS: dict[str, str] = {"nvml": "nvidia", "amdsmi": "amd"}
 """Telemetry backends that list a vendor's accelerators, for its visible-device variables."""
@@ -15,8 +19,6 @@ def node_accelerators() -> tuple[str, tuple[str, ...]]:
     """``(vendor, names)`` of every accelerator of this node as its driver lists them, in
     driver order, whatever the visible-device variables say (``("cpu", ())`` on a CPU host):
     the first telemetry backend that finds any (:meth:`TelemetrySource.probe`)."""
-    from kit.telemetry import SOURCES, load_source_class
-
     for name, target in SOURCES.items():
         names = load_source_class(target).probe()
         if names:
@@ -40,22 +42,3 @@ def run_device_indices(devices_per_node: int | None) -> list[int]:
     if not names:
         return list(range(used))
     return visible_devices.visible_indices(vendor, len(names))[:used]
-
-
-def detect_platform() -> PlatformSpec:
-    """Return the shipped platform whose ``detect_names`` match this host's devices, else cpu."""
-    names = local_accelerator_names()
-    if names:
-        for pname in platform_names():
-            spec = load_platform(pname)
-            if any(pat in names[0] for pat in spec.detect_names):
-                return spec
-    return load_platform("cpu")
-
-
-def platform_present(spec: PlatformSpec) -> bool:
-    """Whether ``spec``'s devices are on this host (cpu always is)."""
-    if spec.is_cpu:
-        return True
-    names = local_accelerator_names()
-    return bool(names) and any(pat in names[0] for pat in spec.detect_names)
