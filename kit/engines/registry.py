@@ -8,6 +8,7 @@ the engine. Adding an engine is one module with a spec and one :func:`register_e
 ``kit/engines/__init__.py``.
 """
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -96,9 +97,16 @@ class EngineSpec(ABC):
     def placement(self, parallel: ParallelConfig, rank: int) -> dict[str, int]:
         """``tp_rank``, ``cp_rank``, ``dp_rank``, ``pp_rank`` and ``ep_rank`` of ``rank``."""
 
-    @abstractmethod
+    engine_class: ClassVar[str]
+    """``"module:Class"`` of the :class:`Engine` a rank trains with. A string, as megatron-core's
+    ``ModuleSpec`` names its modules: the spec never imports its engine (the engine imports the
+    spec's constants), and the framework loads only in a rank, in :meth:`build`."""
+
     def build(self) -> "Engine":
         """The engine object a rank trains with (imports the framework)."""
+        module, _, name = self.engine_class.partition(":")
+        engine: Engine = getattr(importlib.import_module(module), name)()
+        return engine
 
     def execution(self, cfg: RunConfig) -> Execution:
         """How ``cfg``'s training step executes (:mod:`kit.engines.execution`): eager unless

@@ -19,6 +19,7 @@ class DeepSpeedSpec(EngineSpec):
     """DeepSpeed: ZeRO stages 0-3 with optional offload, and its pipeline engine."""
 
     name = "deepspeed"
+    engine_class = "kit.engines.deepspeed.engine:DeepSpeedEngine"
     speed_features = SPEED_FEATURES
     requires = {"deepspeed": "./run.sh installs it, or run DS_BUILD_OPS=0 pip install "
                              "--no-build-isolation -e '.[deepspeed]'"}
@@ -79,11 +80,6 @@ class DeepSpeedSpec(EngineSpec):
         every rank is a data-parallel rank."""
         return {"tp_rank": 0, "cp_rank": 0, "dp_rank": rank % parallel.dp,
                 "pp_rank": rank // parallel.dp, "ep_rank": 0}
-
-    def build(self):  # type: ignore[no-untyped-def]
-        from kit.engines.deepspeed.engine import DeepSpeedEngine
-
-        return DeepSpeedEngine()
 
     def options_summary(self, cfg: RunConfig) -> str:
         return f"zero={cfg.optim.zero} offload={cfg.optim.offload}"

@@ -45,6 +45,7 @@ class FSDP2Spec(EngineSpec):
     one all-gather and one reduce-scatter per transformer block."""
 
     name = "fsdp2"
+    engine_class = "kit.engines.fsdp2.engine:FSDP2Engine"
     speed_features = SPEED_FEATURES
     packages = ("torch",)
 
@@ -84,8 +85,3 @@ class FSDP2Spec(EngineSpec):
     def placement(self, parallel: ParallelConfig, rank: int) -> dict[str, int]:
         """Every rank is a data-parallel rank."""
         return {"tp_rank": 0, "cp_rank": 0, "dp_rank": rank, "pp_rank": 0, "ep_rank": 0}
-
-    def build(self):  # type: ignore[no-untyped-def]
-        from kit.engines.fsdp2.engine import FSDP2Engine
-
-        return FSDP2Engine()

@@ -1,10 +1,16 @@
 """What the megatron engine can run where, and what it costs, known before any rank starts."""
 
+import importlib
+from typing import TYPE_CHECKING
+
 from kit.engines.execution import Execution
 from kit.engines.megatron import adapter, features
 from kit.engines.megatron.features import SPEED_FEATURES
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.config.run import ParallelConfig, RunConfig
+
+if TYPE_CHECKING:
+    from kit.engines.base import Engine
 
 GRAD_BUCKET_ELEMENTS = 40_000_000
 """Gradient elements per DDP bucket under ``--overlap`` (megatron-core's default size); without
@@ -16,6 +22,7 @@ class MegatronSpec(EngineSpec):
     and Megatron-FSDP. A dependency of the kit itself, so nothing extra to install."""
 
     name = "megatron"
+    engine_class = "kit.engines.megatron.engine:MegatronEngine"
     speed_features = SPEED_FEATURES
     packages = ("megatron-core", "transformer-engine")
     options = {
@@ -67,15 +74,14 @@ class MegatronSpec(EngineSpec):
             "ep_rank": (rank // p.tp) % p.ep,
         }
 
-    def build(self):  # type: ignore[no-untyped-def]
+    def build(self) -> "Engine":
         from kit.engines.kernels.deferred_compile import deferred_torch_compile
 
         with deferred_torch_compile():  # its fusions' decorators would import inductor now
             import megatron.core  # noqa: F401
 
-            from kit.engines.megatron.engine import MegatronEngine
-
-        return MegatronEngine()
+            importlib.import_module(self.engine_class.partition(":")[0])
+        return super().build()
 
     def execution(self, cfg: RunConfig) -> Execution:
         return features.execution(cfg)
