@@ -38,13 +38,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.metrics.flops import model_flops_per_step
+from kit.config.workload import WorkloadSpec, padded_vocab_size
 from kit.engines.megatron import adapter
 from kit.engines.megatron import model as kit_model
 from kit.engines.registry import engine_spec
+from kit.metrics.flops import model_flops_per_step
 from kit.plan.detect import detect_platform
 from kit.plan.resolve import RunRequest, resolve
-from kit.config.workload import WorkloadSpec, padded_vocab_size
 
 GiB = 2**30
 

@@ -19,9 +19,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 from kit.bundle.thrift_compact import CompactReader
 from kit.bundle.writer import SUMS_NAME, file_sha256, write_sums
-from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "tests/data/bundles/telemetry/20261122T094842Z-gpt3-1.3b-h200-bceb8a"

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 import yaml
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear
 
+from kit.config.loader import load_workload
 from kit.engines.megatron.attention import SDPAttention
 from kit.engines.megatron.engine import MegatronEngine
 from kit.engines.megatron.linears import BiasAddColumnParallelLinear
-from kit.config.loader import load_workload
 from kit.plan.resolve import RunRequest, resolve
 
 

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
+from kit.analysis.show import format_bundle
 from kit.bundle import (
     STEPS_SCHEMA,
     SUMMARY_KEYS,
@@ -28,12 +29,11 @@ from kit.bundle import (
     read_bundle,
     verify_bundle,
 )
-from kit.analysis.show import format_bundle
-from kit.errors import BundleError, KitInputError
 from kit.config.platform import PlatformSpec
-from kit.plan.resolve import apply_scaling
 from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
 from kit.config.workload import ScalingRule, WorkloadSpec
+from kit.errors import BundleError, KitInputError
+from kit.plan.resolve import apply_scaling
 
 BUNDLE_ID = "20261122T091500Z-gpt3-tiny-cpu-abc123"
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.bundle.telemetry_fields import make_row
 from kit.bundle.writer import concat_chunks
 from kit.telemetry.chunks import ChunkWriter
-from kit.bundle.telemetry_fields import make_row
 
 
 def test_rows_reach_their_chunks_in_order(tmp_path: Path) -> None:

@@ -357,7 +357,7 @@ def test_a_long_error_is_shortened_at_a_word_boundary(cli, tmp_path):
 
 
 def test_shorten_cuts_between_words_or_inside_one_long_token():
-    from kit.analysis.text import shorten
+    from kit.metrics.text import shorten
 
     assert shorten("short enough", 12) == "short enough"
     assert shorten("connection reset by peer", 20) == "connection reset..."
@@ -365,8 +365,8 @@ def test_shorten_cuts_between_words_or_inside_one_long_token():
 
 
 def test_kernel_breakdown_counts_operator_self_time_once(profiled):
-    from kit.metrics.kernels import kernel_times
     from kit.bundle.reader import read_bundle
+    from kit.metrics.kernels import kernel_times
 
     times = kernel_times(read_bundle(profiled))["rank0.json"]
     assert times["MatMul"] > 0 and times["norm"] > 0

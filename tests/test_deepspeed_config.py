@@ -38,8 +38,8 @@ def test_cpu_offload_steps_with_torch_adamw_in_fp32():
 
 
 def test_gpu_zero3_keeps_a_small_models_gathered_weights_for_the_step():
-    from kit.metrics.flops import params_count
     from kit.config.loader import load_workload
+    from kit.metrics.flops import params_count
 
     z = config_for(platform="h100", zero=3)["zero_optimization"]
     n = params_count(load_workload("gpt3-1.3b"))

@@ -6,11 +6,11 @@ import copy
 import pytest
 import torch
 
+from kit.config.loader import load_workload
+from kit.config.workload import padded_vocab_size
 from kit.engines.deepspeed import speed
 from kit.engines.deepspeed.model import Block, CausalLM
 from kit.engines.kernels.compiled import compile_modules
-from kit.config.loader import load_workload
-from kit.config.workload import padded_vocab_size
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -7,10 +7,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kit.metrics.attribution import attribute_samples
-from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, make_row
+from kit.metrics.attribution import attribute_samples
+from kit.metrics.power import device_metrics
 
 from .conftest import REPO
 

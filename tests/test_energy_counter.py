@@ -13,10 +13,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA
-from kit.telemetry.edges import EDGE_ENV, poke_sampler
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, make_row
+from kit.metrics.power import device_metrics
+from kit.telemetry.edges import EDGE_ENV, poke_sampler
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 

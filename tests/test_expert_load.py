@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kit.metrics.expert_load import expert_load_summary, experts_rows
 from kit.bundle.schema import EXPERTS_SCHEMA
 from kit.bundle.verify import verify_bundle
 from kit.errors import BundleError
+from kit.metrics.expert_load import expert_load_summary, experts_rows
 
 from .conftest import bundle_path, why_failed
 

@@ -11,19 +11,19 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from kit.bundle.telemetry_fields import make_row
 from kit.bundle.writer import concat_chunks
 from kit.cli.commands import cli
+from kit.config.loader import load_platform
+from kit.config.run import ParallelConfig, RunConfig
 from kit.engines import ENGINES, register_engine
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.errors import KitInputError
 from kit.launch.session import telemetry_plan
 from kit.plan import plan_run
-from kit.config.loader import load_platform
 from kit.plan.resolve import RunRequest
-from kit.config.run import ParallelConfig, RunConfig
 from kit.telemetry import register_source
 from kit.telemetry.base import FieldInfo, TelemetrySource
-from kit.bundle.telemetry_fields import make_row
 from kit.telemetry.sampler import TelemetrySampler
 
 from .conftest import REPO

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kit.metrics.flops import model_flops_per_step, params_count
 from kit.config.loader import load_workload
 from kit.config.workload import padded_vocab_size
+from kit.metrics.flops import model_flops_per_step, params_count
 
 REPO = Path(__file__).resolve().parent.parent
 

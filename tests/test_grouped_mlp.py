@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.errors import KitInputError
 from kit.config.loader import load_workload
+from kit.errors import KitInputError
 from kit.plan.resolve import RunRequest, resolve
 
 REPO = Path(__file__).resolve().parents[1]

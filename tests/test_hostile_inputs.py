@@ -1,8 +1,8 @@
 """Bundles, archives and spec files from a hostile sender: every reader keeps to its budget,
 every output is neutralized, and every refusal is one ``error:`` line with exit code 2.
 
-The commands run in this process through the console entry point (``kit.cli.commands.main``), which is
-what ``charllm-kit`` runs, so a few hundred fuzzed bundles take seconds, not minutes.
+The commands run in this process through the console entry point (``kit.cli.commands.main``),
+which is what ``charllm-kit`` runs, so a few hundred fuzzed bundles take seconds, not minutes.
 """
 
 import csv
@@ -23,10 +23,10 @@ from kit.bundle import parquet_pages
 from kit.bundle.archive import ArchiveLimits
 from kit.bundle.budget import BUDGET_ENV
 from kit.bundle.schema import STEPS_SCHEMA
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 from kit.bundle.unpack import MAX_EXTENSION_HEADERS, unpack_bundle
 from kit.bundle.writer import write_sums
 from kit.errors import BundleError
-from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 from tests.hostile_bundles import (
     H200,
     chained_archive,

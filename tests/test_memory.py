@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
-from kit.metrics.flops import params_count
 from kit.bundle.reader import read_bundle
 from kit.cli.tables import memory_table
+from kit.config.loader import load_workload
+from kit.config.run import RunConfig
+from kit.metrics.flops import params_count
 from kit.plan.memory import (
     GIB,
     estimate_memory,
@@ -22,9 +24,7 @@ from kit.plan.memory import (
     host_memory_bytes,
     predicted_oom,
 )
-from kit.config.loader import load_workload
 from kit.plan.resolve import RunRequest, resolve
-from kit.config.run import RunConfig
 
 from .conftest import REPO, why_failed
 
@@ -301,8 +301,8 @@ def test_the_recorded_four_gpu_layouts_warn_only_where_one_ran_out():
     ran is, and neither is refused."""
     import tarfile
 
-    from kit.plan.memory import fit_refusal, fit_warning
     from kit.config.loader import load_platform
+    from kit.plan.memory import fit_refusal, fit_warning
 
     h100 = load_platform("h100")
     recorded = REPO / "tests/data/manifests/h100x4-layouts-call1.tar.gz"

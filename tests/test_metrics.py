@@ -3,11 +3,11 @@
 import pyarrow as pa
 import pytest
 
-from kit.metrics.summary import step_spans, summarize
-from kit.metrics.power import host_power
 from kit.bundle.schema import STEPS_SCHEMA
-from kit.plan.resolve import RunRequest, resolve
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, make_row
+from kit.metrics.power import host_power
+from kit.metrics.summary import step_spans, summarize
+from kit.plan.resolve import RunRequest, resolve
 
 
 def steps(rows):

@@ -5,12 +5,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from kit.metrics.attribution import attribute_samples
-from kit.metrics.summary import summarize
-from kit.metrics.power import device_metrics
 from kit.bundle.schema import STEPS_SCHEMA, MetricsFile
-from kit.plan.resolve import RunRequest, resolve
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA, THROTTLE_BITS, make_row
+from kit.metrics.attribution import attribute_samples
+from kit.metrics.power import device_metrics
+from kit.metrics.summary import summarize
+from kit.plan.resolve import RunRequest, resolve
 
 
 def steps(rows):

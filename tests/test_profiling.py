@@ -218,9 +218,9 @@ def test_a_kernel_category_has_one_colour_in_every_figure_and_small_shares_keep_
     the communication axis of a run with ~1% overlapped says 0.2%, 0.4%, ..., not 0%, 0%, 1%."""
     from kit.analysis import plots_cross, plots_run
     from kit.analysis.compare import compare_bundles
-    from kit.metrics.kernels import kernel_times
     from kit.analysis.plots_common import png_bytes
     from kit.analysis.run_view import run_view
+    from kit.metrics.kernels import kernel_times
 
     c = compare_bundles([tp2])
     bundle = c.bundles[0]

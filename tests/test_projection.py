@@ -10,14 +10,14 @@ import json
 
 import pytest
 
-from kit.metrics.flops import model_flops_per_step
 from kit.bundle.reader import read_bundle
+from kit.config.loader import load_platform, load_workload
+from kit.metrics.flops import model_flops_per_step
 from kit.projection.compute import layer_and_logits_flops
 from kit.projection.model import project
 from kit.projection.network import place
 from kit.projection.request import ProjectionTarget, plan_target
 from kit.projection.volumes import stage_collectives
-from kit.config.loader import load_platform, load_workload
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 

@@ -230,8 +230,8 @@ def test_the_gemm_table_holds_every_layer_gemm_of_each_tp_degree(gemm_table):
 @pytest.mark.timeout(900)
 def test_a_gemm_table_scales_matmul_by_the_shards_efficiency_and_is_named(dp1, fabric,
                                                                           gemm_table):
-    from kit.projection.gemm import read_gemm_table, stage_gemms
     from kit.config.run import RunConfig
+    from kit.projection.gemm import read_gemm_table, stage_gemms
 
     own = project([dp1, gemm_table], ProjectionTarget(), ["test"])
     plain = project([dp1], ProjectionTarget(), ["test"])
@@ -287,8 +287,8 @@ def _cpu_kind(folder: Path, name: str, bandwidth: float, peak: float) -> Path:
 @pytest.mark.timeout(900)
 def test_across_kinds_memory_bound_kernels_follow_the_bandwidth_and_gemms_the_tables(
         tmp_path_factory):
-    from kit.projection.gemm import read_gemm_table, stage_gemms
     from kit.config.run import RunConfig
+    from kit.projection.gemm import read_gemm_table, stage_gemms
 
     folder = tmp_path_factory.mktemp("kinds")
     kind_a, kind_b = _cpu_kind(folder, "cpua", 100.0, 1.0), _cpu_kind(folder, "cpub", 400.0, 2.0)

@@ -9,9 +9,9 @@ import itertools
 
 import pytest
 
+from kit.config.run import ParallelConfig
 from kit.engines import ENGINES, engine_spec
 from kit.errors import KitInputError
-from kit.config.run import ParallelConfig
 
 ORDER = "tp-cp-ep-dp-pp"  # megatron-core's default
 

@@ -18,8 +18,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from kit.launch.assemble import run_end
 from kit.bundle.verify import verify_bundle
+from kit.launch.assemble import run_end
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.rankfile import RankResult
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kit.metrics.labels import layout_label
 from kit.bundle.reader import read_bundle
 from kit.bundle.verify import verify_bundle
+from kit.metrics.labels import layout_label
 
 from .conftest import bundle_path, kit_cli, losses_by_rank, why_failed
 

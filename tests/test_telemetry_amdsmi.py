@@ -24,6 +24,7 @@ import kit.telemetry.amd.device as amd_device
 import kit.telemetry.amd.library as amd_library
 import kit.telemetry.amd.quirks as quirks
 import kit.telemetry.amd.readers as amd_readers
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
 from kit.telemetry.amd.amdsmi import AmdSmiSource, load_amdsmi
 from kit.telemetry.amd.quirks import (
@@ -40,7 +41,6 @@ from kit.telemetry.amd.quirks import (
     package_share,
 )
 from kit.telemetry.base import sample_once
-from kit.bundle.telemetry_fields import THROTTLE_BITS
 from tests.conftest import REPO
 from tests.fakes import fake_library
 from tests.test_telemetry_nvml import assert_never_read_early, spacing_ms, wait_for_reads

@@ -8,8 +8,8 @@ import sys
 import pyarrow as pa
 import pytest
 
-from kit.telemetry.arrow_rows import column, table_from_rows
 from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, make_row
+from kit.telemetry.arrow_rows import column, table_from_rows
 
 from .conftest import REPO
 

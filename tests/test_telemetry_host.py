@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, TELEMETRY_COLUMNS, make_row
 from kit.bundle.writer import concat_chunks as read_chunks
 from kit.errors import KitInputError
 from kit.telemetry import (
@@ -20,7 +21,6 @@ from kit.telemetry import (
     register_source,
 )
 from kit.telemetry.base import FieldInfo
-from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, TELEMETRY_COLUMNS, make_row
 from kit.telemetry.host import HostSource, RaplPackagePower
 from kit.telemetry.sampler import SamplerReport, TelemetrySampler
 

@@ -11,9 +11,9 @@ import time
 import pynvml
 import pytest
 
+from kit.bundle.telemetry_fields import TELEMETRY_COLUMNS, THROTTLE_BITS
 from kit.telemetry import SOURCES, TelemetryNotSupportedError, build_source
 from kit.telemetry.base import sample_once
-from kit.bundle.telemetry_fields import TELEMETRY_COLUMNS, THROTTLE_BITS
 from kit.telemetry.nvidia.throttle import decode_nvml_clocks_event_reasons
 from kit.telemetry.throttle import reason_names
 from tests.test_telemetry_counters import RECORDED_WRAP_AT, recorded_h100_pcie_tx

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from kit.config.visible_devices import visible_indices
 from kit.errors import KitInputError
 from kit.plan import detect
 from kit.telemetry import devices
-from kit.config.visible_devices import visible_indices
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,8 +88,8 @@ def test_reports_name_a_rank_by_the_gpu_it_ran_on_not_by_its_local_rank():
     """Telemetry rows name a GPU by its driver index; under CUDA_VISIBLE_DEVICES=3 local rank 0
     ran on device 3, and figures and the straggler summary must say so (a recorded H100
     bundle, its inventory renumbered as that run's would be)."""
-    from kit.metrics.labels import device_roles, rank_device
     from kit.bundle.reader import read_bundle
+    from kit.metrics.labels import device_roles, rank_device
 
     m = read_bundle(REPO / "tests/data/bundles/telemetry/20261125T122448Z-gpt3-1.3b-h100-f4a12c"
                     ).manifest

@@ -26,9 +26,9 @@ import yaml
 from tabulate import tabulate
 
 from kit.bundle.reader import read_bundle
-from kit.plan.memory import estimate_vs_measured
 from kit.config.loader import load_workload
 from kit.config.run import RunConfig
+from kit.plan.memory import estimate_vs_measured
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -295,9 +295,9 @@ def main() -> None:
         print(f"error: {why}", file=sys.stderr)
         sys.exit(2)
 
+    from kit.config.loader import load_workload
     from kit.metrics.flops import model_flops_per_step
     from kit.plan.detect import detect_platform
-    from kit.config.loader import load_workload
 
     dp = args.gpus // args.tp
     device = "CPU (gloo)" if args.cpu else torch.cuda.get_device_name(0)

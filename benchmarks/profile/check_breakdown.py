@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kit.metrics.kernels import read_breakdowns
 from kit.bundle.reader import read_bundle
+from kit.metrics.kernels import read_breakdowns
 
 TOLERANCE = 0.03
 """Largest relative difference between the categories' sum and the step's wall time."""

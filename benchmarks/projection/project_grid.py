@@ -24,11 +24,11 @@ from tabulate import tabulate
 
 from kit.analysis.compare import layout_label
 from kit.analysis.report import write_report
+from kit.config.run import RunConfig
 from kit.errors import KitInputError
 from kit.projection.file import SUFFIX, ProjectionFile, write_projection
 from kit.projection.model import project
 from kit.projection.request import ProjectionTarget
-from kit.config.run import RunConfig
 from kit.sweep.plan import plan_sweep
 from kit.sweep.spec import load_sweep
 

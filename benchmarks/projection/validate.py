@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from points import point_key, point_name  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from kit.metrics.kernels import read_breakdowns  # noqa: E402
 from kit.bundle.reader import Bundle, read_bundle  # noqa: E402
+from kit.metrics.kernels import read_breakdowns  # noqa: E402
 from kit.projection.file import SUFFIX, ProjectionFile, read_projection  # noqa: E402
 from kit.projection.sources import device_power  # noqa: E402
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from kit.metrics.summary import step_spans
 from kit.bundle.telemetry_fields import THROTTLE_BITS
+from kit.metrics.summary import step_spans
 
 
 def main(bundle: Path) -> None:

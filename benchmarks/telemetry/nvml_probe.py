@@ -19,8 +19,8 @@ from typing import Any
 import pynvml
 import torch
 
-from kit.telemetry.base import sample_once
 from kit.bundle.telemetry_fields import CANONICAL_FIELDS
+from kit.telemetry.base import sample_once
 from kit.telemetry.nvidia.nvml import NvmlSource
 from kit.telemetry.throttle import reason_names
 

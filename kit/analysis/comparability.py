@@ -31,10 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kit.metrics.labels import is_fabric
-from kit.analysis.text import shorten
 from kit.bundle.reader import Bundle
 from kit.engines import ENGINES
+from kit.metrics.labels import is_fabric
+from kit.metrics.text import shorten
+from kit.projection.file import projection_of
 
 _NOT_ARCHITECTURE = frozenset(
     {"name", "family", "description", "scaling", "micro_batch_size", "global_batch_size"}
@@ -210,9 +211,8 @@ def _image_checks(bundles: list[Bundle]) -> list[Check]:
 def _projected_checks(bundles: list[Bundle]) -> list[Check]:
     """Projections, each with the bundles it scaled."""
     return [Check("projected", f"{b.path.name} is PROJECTED, not measured (kit.projection), from "
-                  + ", ".join(f"{i.bundle} ({i.role})" for i in b.projection.inputs
-                              if i.role != "unused"))
-            for b in bundles if b.projection is not None]
+                  + ", ".join(f"{i.bundle} ({i.role})" for i in p.inputs if i.role != "unused"))
+            for b in bundles if (p := projection_of(b)) is not None]
 
 
 def _engine(b: Bundle) -> str:

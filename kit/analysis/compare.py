@@ -31,14 +31,14 @@ from kit.analysis.comparability import Check, comparability_checks
 from kit.analysis.figure_render import map_forked
 from kit.analysis.host import CPU_UTIL, HOST_MEM, host_figures
 from kit.analysis.inputs import expand_inputs
-from kit.metrics.labels import configuration_parts, layout_label, split_shared
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
+from kit.bundle.telemetry_fields import THROTTLE_BITS
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
+from kit.metrics.labels import configuration_parts, layout_label, split_shared
 from kit.neutralize import control_problem, neutral_data, terminal_safe
-from kit.projection.file import is_projection_file, projected_bundle
-from kit.bundle.telemetry_fields import THROTTLE_BITS
+from kit.projection.file import is_projection_file, projected_bundle, projection_of
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def _group_key(bundle: Bundle) -> str:
         [m.workload["name"], m.platform["name"], c["engine"], c["nodes"],
          c["parallel"], c.get("optim"), c["micro_batch_size"], c["global_batch_size"],
          c["dtype"], m.status, bundle.verification_error is None,
-         str(bundle.path) if bundle.projection else None],
+         str(bundle.path) if projection_of(bundle) else None],
         sort_keys=True,
     )
 
@@ -162,7 +162,7 @@ class Group:
     @property
     def projected(self) -> bool:
         """Whether the group is a projection (kit.projection), not measured runs."""
-        return self.bundles[0].projection is not None
+        return projection_of(self.bundles[0]) is not None
 
     def ending(self) -> str:
         """Runs, with the status when not ok and UNVERIFIED, e.g. ``FAILED (1 run)``."""
@@ -224,7 +224,7 @@ def _checksums(bundle: Bundle) -> str | None:
     """The digest of a verified bundle's ``SHA256SUMS`` (its files' identity); None for an
     unverified bundle or a projection."""
     sums = bundle.path / "SHA256SUMS"
-    if (bundle.verification_error is not None or bundle.projection is not None
+    if (bundle.verification_error is not None or projection_of(bundle) is not None
             or not sums.is_file()):
         return None
     return hashlib.sha256(sums.read_bytes()).hexdigest()

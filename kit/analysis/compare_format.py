@@ -22,13 +22,14 @@ from typing import Any, Literal
 
 from kit.analysis.comparability import Check
 from kit.analysis.compare import METRICS, Aggregate, Comparison, Group, MetricRow
-from kit.metrics.labels import layout_label, shared_phrase
 from kit.analysis.side_by_side import side_by_side_dict, side_by_side_text
+from kit.metrics.labels import layout_label, shared_phrase
 from kit.metrics.stragglers import straggler_line
+from kit.metrics.text import NA, format_value
 from kit.neutralize import csv_safe, markdown_safe, safe_table, terminal_safe
+from kit.projection.file import projection_of
 
 Format = Literal["table", "markdown", "csv", "json"]
-NA = "n/a"
 _LISTED = 3
 """Bundle ids listed per group before the rest are counted."""
 MAX_WIDTH = 120
@@ -42,17 +43,6 @@ _UNITS = {"C": "°C"}
 ESTIMATED = frozenset({"mem_peak_gib"})
 """Metrics a projection takes from kit.plan's estimate, not from its model of measured time."""
 ESTIMATE = " (estimate)"
-
-
-def format_value(value: float | None, unit: str) -> str:
-    """One value for people: fractions as percent, 4 significant digits, ``n/a`` for None."""
-    if value is None:
-        return NA
-    if unit == "fraction":
-        return f"{value * 100:.1f}%"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
 
 
 def _cell(agg: Aggregate, unit: str) -> str:
@@ -246,7 +236,7 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
             "verified": g.verified, "projected": g.projected,
             "bundles": [str(b.path) for b in g.bundles],
             **({"inputs": [i.model_dump() for i in g.bundles[0].projection.inputs]}
-               if g.bundles[0].projection else {}),
+               if projection_of(g.bundles[0]) else {}),
             "metrics": {row.key: {**vars(g.values[row.key]),
                                   **dict(zip(("ratio_to_baseline", "pct_diff_to_baseline",
                                               "diff_to_baseline"), _versus(c, g, row),

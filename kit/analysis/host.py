@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from kit.bundle.reader import Bundle
 from kit.errors import BundleError
 from kit.plan.memory import GIB
+from kit.projection.file import projection_of
 
 CPU_UTIL = "cpu_util_pct_mean"
 HOST_MEM = "mem_used_gib_peak"
@@ -27,7 +28,7 @@ def host_figures(bundle: Bundle) -> dict[str, float | None]:
     """Mean host CPU utilisation (0..100 %) and peak host memory in use (GiB) of a run; None
     for a figure no host row measured (and for a projection, which has no telemetry)."""
     empty: dict[str, float | None] = {CPU_UTIL: None, HOST_MEM: None}
-    if bundle.projection is not None:
+    if projection_of(bundle) is not None:
         return empty
     try:
         telemetry, window = bundle.telemetry, _window(bundle.steps)

@@ -19,9 +19,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, MaxNLocator
 
-from kit.metrics.attribution import MEASURED
 from kit.analysis.run_view import RunView, TimeAxis
-from kit.analysis.text import shorten
+from kit.metrics.attribution import MEASURED
+from kit.metrics.text import shorten
 
 DPI = 110
 WARMUP_SHARE = 0.2

@@ -13,8 +13,6 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kit.analysis.compare import Comparison, Group, figure_order
-from kit.analysis.compare_format import format_value
-from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.analysis.plots_common import (
     STATUS_COLOR,
     category_colors,
@@ -26,6 +24,8 @@ from kit.analysis.plots_common import (
 )
 from kit.analysis.run_view import RunView
 from kit.bundle.reader import Bundle
+from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
+from kit.metrics.text import format_value
 
 
 def _name(c: Comparison, g: Group) -> str:

@@ -9,9 +9,9 @@ per layer (a band of min..max and the mean when there are many layers).
 import numpy as np
 from matplotlib.figure import Figure
 
-from kit.metrics.expert_load import load_matrix
 from kit.analysis.plots_common import title
 from kit.analysis.run_view import RunView
+from kit.metrics.expert_load import load_matrix
 
 LINES_MAX = 8
 """Layers drawn one line each on the right; more are drawn as their mean and min..max."""

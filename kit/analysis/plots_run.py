@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from kit.metrics.labels import chassis_assumed, rank_device
 from kit.analysis.plots_common import (
     STATUS_COLOR,
     TITLE_PT,
@@ -44,6 +43,7 @@ from kit.analysis.plots_common import (
 )
 from kit.analysis.run_view import DeviceSeries, RunView, Scales, TimeAxis
 from kit.bundle.telemetry_fields import THROTTLE_BITS
+from kit.metrics.labels import chassis_assumed, rank_device
 
 LEGEND_MAX = 16
 """Devices of a run drawn one line each; more are drawn as their mean and min..max."""

@@ -24,12 +24,12 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kit.analysis.compare import Comparison, Group, figure_order
-from kit.metrics.labels import chassis_assumed, layout_parts
 from kit.analysis.plots_common import colors, legend_outside
 from kit.analysis.plots_cross import comm_shares
 from kit.analysis.plots_run import held, throttle_steps
 from kit.analysis.run_view import DeviceSeries, RunView, series
 from kit.bundle.telemetry_fields import THROTTLE_BITS
+from kit.metrics.labels import chassis_assumed, layout_parts
 
 SWEPT = ("micro_batch_size", "tp", "pp", "dp", "cp", "ep")
 """Parameters a sweep may vary, in the order a tie is broken (micro-batch first)."""

@@ -19,10 +19,11 @@ import pyarrow.compute as pc
 
 from kit.analysis.comparability import power_source
 from kit.analysis.compare import Aggregate, Comparison, Group, figure_order, metric_value
-from kit.analysis.compare_format import NA, format_value
 from kit.bundle.reader import Bundle
 from kit.errors import BundleError
+from kit.metrics.text import NA, format_value
 from kit.neutralize import safe_table
+from kit.projection.file import projection_of
 
 ENERGY_CHECK_LIMIT = 0.02
 """Largest disagreement between the energy counter, the power integral and Zeus shown
@@ -80,7 +81,7 @@ def power_samples(bundle: Bundle) -> float | None:
 def window_s(bundle: Bundle) -> float | None:
     """Seconds of the measured phase: ``power.window_s``, else the measured steps' span."""
     found = _known(bundle.metrics.power.get("window_s"))
-    if found is not None or bundle.projection is not None:  # a projection has no steps
+    if found is not None or projection_of(bundle) is not None:  # a projection has no steps
         return found
     try:
         steps = bundle.steps

@@ -44,8 +44,6 @@ from kit.analysis import plots_cross, plots_experts, plots_run, plots_study
 from kit.analysis.compare import Comparison, Group, compare_bundles
 from kit.analysis.compare_format import check_lines, metric_grids, table_notes
 from kit.analysis.figure_render import map_forked, render_all
-from kit.metrics.kernels import kernel_times
-from kit.metrics.labels import chassis_assumed, layout_label, shared_phrase
 from kit.analysis.ranking import (
     ENERGY_CHECK_LIMIT,
     energy_check,
@@ -59,10 +57,12 @@ from kit.analysis.ranking import (
 )
 from kit.analysis.run_view import RunView, Scales, run_view
 from kit.analysis.side_by_side import fabric_curves
-from kit.metrics.stragglers import straggler_line
 from kit.bundle.reader import Bundle
+from kit.metrics.kernels import kernel_times
+from kit.metrics.labels import chassis_assumed, layout_label, shared_phrase
+from kit.metrics.stragglers import straggler_line
 from kit.neutralize import markdown_safe, safe_table
-from kit.projection.file import projection_facts
+from kit.projection.file import projection_facts, projection_of
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def _projection_section(n: int, group: Group, bundle: Bundle) -> Section:
              ("ranks", str(len(m.ranks))), ("engine and layout", layout_label(m.config)),
              ("created", m.created_utc)]
     return Section(f"bundle-{n}", f"{group.short} (projected)", bundle,
-                   facts + projection_facts(bundle.projection), [])
+                   facts + projection_facts(projection_of(bundle)), [])
 
 
 def _run_name(group: Group, bundle: Bundle) -> str:
@@ -570,15 +570,15 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
     c = compare_bundles(paths, baseline, allow_unverified=allow_unverified, markdown=markdown)
-    views = _views([b for b in c.bundles if b.projection is None])
+    views = _views([b for b in c.bundles if projection_of(b) is None])
     scales = Scales.of(list(views.values()))
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
     group_of = {id(b): g for g in c.groups for b in g.bundles}
-    sections = [_projection_section(n, group_of[id(b)], b) if b.projection is not None
+    sections = [_projection_section(n, group_of[id(b)], b) if projection_of(b) is not None
                 else _section(n, group_of[id(b)], views[id(b)])
                 for n, b in enumerate(c.bundles, 1)]
     runs = _run_figures([(n, s, views[id(s.bundle)]) for n, s in enumerate(sections, 1)
-                         if s.bundle.projection is None], scales)
+                         if projection_of(s.bundle) is None], scales)
     across = _across(c, first)
     jobs = across + [j for chunk, _ in runs for j in chunk] + [
         j for s in sections for j in s.figures]

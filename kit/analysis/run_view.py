@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kit.bundle.reader import Bundle
 from kit.metrics.attribution import MEASURED, WARMUP, StepWindows, step_windows, window_index
 from kit.metrics.labels import DeviceRole, device_roles
-from kit.bundle.reader import Bundle
 
 PAD_S = 2.0
 """Seconds of telemetry shown before the first step and after the last."""

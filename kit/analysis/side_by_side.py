@@ -7,9 +7,9 @@ others contribute nothing, so these tables and figures only appear when some bun
 
 from typing import Any
 
-from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.bundle.reader import Bundle
 from kit.fabric.results import FabricResults, read_fabric
+from kit.metrics.kernels import COLLECTIVES, COMPUTE, IDLE, category_totals, read_breakdowns
 from kit.neutralize import safe_table
 
 

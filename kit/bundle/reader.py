@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 from pydantic import BaseModel, ValidationError
@@ -24,13 +24,10 @@ from kit.bundle.schema import (
     Manifest,
     MetricsFile,
 )
-from kit.bundle.writer import PARTIAL_SUFFIX
-from kit.errors import BundleError
-from kit.config.loader import describe_validation_error
 from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
-
-if TYPE_CHECKING:
-    from kit.projection.file import ProjectionFile
+from kit.bundle.writer import PARTIAL_SUFFIX
+from kit.config.loader import describe_validation_error
+from kit.errors import BundleError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,16 +44,12 @@ class Bundle:
         verification_error: Why the bundle failed :func:`kit.bundle.verify.verify_bundle`,
             when it was read anyway (``--allow-unverified``, see
             :func:`kit.bundle.verified.read_verified_bundle`); None otherwise.
-        projection: Set when this is not a measured bundle but a projection file
-            (kit.projection.file.projected_bundle): the model's figures, intervals and inputs.
-            It has no steps, telemetry or profile.
     """
 
     path: Path
     manifest: Manifest
     metrics: MetricsFile
     verification_error: str | None = None
-    projection: "ProjectionFile | None" = None
 
     @cached_property
     def steps(self) -> pa.Table:
@@ -71,7 +64,7 @@ class Bundle:
     @cached_property
     def experts(self) -> pa.Table | None:
         """``experts.parquet`` (:data:`EXPERTS_SCHEMA`); None when the run left none (dense)."""
-        if self.projection is not None or not (self.path / EXPERTS_FILE).is_file():
+        if not (self.path / EXPERTS_FILE).is_file():
             return None
         return read_table(self.path, EXPERTS_FILE, EXPERTS_SCHEMA)
 

@@ -30,8 +30,8 @@ from kit.bundle.redact_rules import Redactor
 from kit.bundle.schema import Manifest, MetricsFile, Redaction
 from kit.bundle.verify import verify_bundle
 from kit.bundle.writer import bundle_files, write_json, write_sums
-from kit.errors import BundleError
 from kit.config.loader import describe_validation_error
+from kit.errors import BundleError
 
 
 def _is_chakra_et(rel: str) -> bool:

@@ -277,8 +277,8 @@ class Manifest(BaseModel):
     )
 
     compile_cache: dict[str, Any] | None = Field(
-        None, description="The compile cache the ranks used (kit.cache.compile_cache): dir, key (the "
-        "versions and sources it is keyed by), warm (it held artifacts before the run), "
+        None, description="The compile cache the ranks used (kit.cache.compile_cache): dir, "
+        "key (the versions and sources it is keyed by), warm (it held artifacts before the run), "
         "entries_before and entries_after (compiled artifacts in it), bytecode (the folder the "
         "ranks kept Python bytecode in where the installation keeps none, else null); null "
         "when the cache was off, and in "

@@ -40,8 +40,8 @@ from kit.bundle.archive import (
 from kit.bundle.reader import check_schema_version
 from kit.bundle.verify import verify_bundle
 from kit.bundle.writer import SUMS_NAME, file_sha256
-from kit.errors import BundleError
 from kit.config.loader import describe_validation_error
+from kit.errors import BundleError
 
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 # tarfile's "data" filter (PEP 706) exists from Python 3.12 and in 3.10.12 / 3.11.4 updates.

@@ -19,10 +19,10 @@ from kit.bundle.reader import (
     read_table,
 )
 from kit.bundle.schema import EXPERTS_FILE, EXPERTS_SCHEMA, STEPS_SCHEMA
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 from kit.bundle.writer import SUMS_NAME, bundle_files, file_sha256
 from kit.errors import BundleError
 from kit.neutralize import has_control
-from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 
 _SUMS_LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 

@@ -23,9 +23,9 @@ from pydantic import BaseModel
 
 from kit.atomic_write import write_atomic
 from kit.bundle.schema import EXPERTS_FILE, EXPERTS_SCHEMA, STEPS_SCHEMA, Manifest, MetricsFile
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 from kit.errors import BundleError
 from kit.neutralize import control_problem
-from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
 
 SUMS_NAME = "SHA256SUMS"
 PARTIAL_SUFFIX = ".partial"

@@ -30,7 +30,6 @@ import importlib.util
 import os
 import platform
 import shutil
-import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -77,16 +76,6 @@ def _version(package: str) -> str:
         return "none"
 
 
-def _git_commit() -> str:
-    """The kit checkout's HEAD commit; ``none`` outside a checkout."""
-    try:
-        out = subprocess.run(["git", "-C", str(Path(kit.__file__).parent), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=5, check=True)
-        return out.stdout.strip() or "none"
-    except (OSError, subprocess.SubprocessError):
-        return "none"
-
-
 def _engine_sources_digest() -> str:
     """A digest of the kit's engine sources (the code that gets compiled), edits included."""
     digest = hashlib.sha256()
@@ -100,8 +89,8 @@ def _engine_sources_digest() -> str:
 def key_parts() -> dict[str, str]:
     """What the cache directory is keyed by, by name."""
     parts = {name: _version(name) for name in KEYED_PACKAGES}
-    parts.update(python=platform.python_version(), kit=kit.__version__, git_commit=_git_commit(),
-                 engine_sources=_engine_sources_digest())
+    parts.update(python=platform.python_version(), kit=kit.__version__,
+                 git_commit=kit.git_commit() or "none", engine_sources=_engine_sources_digest())
     return parts
 
 

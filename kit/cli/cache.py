@@ -1,5 +1,5 @@
-"""``charllm-kit cache show|clear``: the compile cache (kit.cache.compile_cache) as users see it, and
-the ``--compile-cache`` option that ``run`` and ``sweep`` share."""
+"""``charllm-kit cache show|clear``: the compile cache (kit.cache.compile_cache) as users see
+it, and the ``--compile-cache`` option that ``run`` and ``sweep`` share."""
 
 import os
 from collections.abc import Callable

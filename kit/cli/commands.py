@@ -27,8 +27,8 @@ from kit.fabric.request import FabricRequest, fabric_request
 from kit.launch.sbatch import JOB_RUNTIMES, NOT_RUN_FIELDS, JobOptions, sweep_runtime_note
 from kit.neutralize import terminal_safe
 from kit.output_target import check_output_dir, check_output_file
-from kit.projection.request import ProjectionTarget
 from kit.plan.resolve import RunRequest
+from kit.projection.request import ProjectionTarget
 from kit.study.command import study
 
 if TYPE_CHECKING:
@@ -419,9 +419,9 @@ def platforms_gemm(platform_name: str | None, workloads: tuple[str, ...], tps: s
     MatMul time by shape; docs/projection.md). Says its estimate and progress on stderr; on a
     CPU host, refuses default shapes that would take over 5 minutes. The last stdout line is
     the file's path."""
+    from kit.plan.detect import detect_platform
     from kit.projection.gemm import SUFFIX, write_gemm_table
     from kit.projection.gemm_bench import measure_gemm_table
-    from kit.plan.detect import detect_platform
 
     name = platform_name or detect_platform().name
     table = measure_gemm_table(
@@ -539,8 +539,8 @@ def bundle_recover(path: Path) -> None:
     reason. A multi-node run's folder (node 0's agent killed) is merged from every node's part.
     Refused while the launcher, another node's agent or a rank of the run still runs here.
     """
-    from kit.launch.recover import recover_bundle
     from kit.bundle.verify import verify_bundle
+    from kit.launch.recover import recover_bundle
 
     bundle_path = recover_bundle(path)
     verify_bundle(bundle_path)

@@ -5,8 +5,8 @@ option: ``--field-name`` (or the field's ``cli`` name), its description as the h
 shown, a ``Literal`` as a choice, a bounded int as a range, a text pattern as a check that names
 the field's ``form``, a bool as a ``--x/--no-x`` pair.
 The values come back under the field names, ready for ``RunRequest(**values)``;
-:func:`model_argv` turns a model back into the options that give it (``submit`` writes ``run``'s
-command line with it).
+:func:`kit.config.argv.model_argv` turns a model back into the options that give it (``submit``
+writes ``run``'s command line with it).
 """
 
 import re
@@ -19,6 +19,8 @@ import annotated_types
 import click
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+from kit.config.argv import field_extra, option_flag
 
 
 class Integer(click.IntRange):
@@ -59,10 +61,6 @@ class Matching(click.ParamType):
         return value
 
 
-def _extra(info: FieldInfo) -> dict[str, Any]:
-    return info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-
-
 def _option_type(info: FieldInfo) -> Any:
     """The click type of a field: a choice, an int range from its bounds (``gt``/``ge`` and
     ``le``), a text pattern (its
@@ -82,13 +80,8 @@ def _option_type(info: FieldInfo) -> Any:
         return Integer(min=low, max=high)
     pattern = next((m.pattern for m in info.metadata if getattr(m, "pattern", None)), None)
     if base is str and pattern:
-        return Matching(pattern, str(_extra(info).get("form", pattern)))
+        return Matching(pattern, str(field_extra(info).get("form", pattern)))
     return base
-
-
-def _flag(name: str, info: FieldInfo) -> str:
-    """The option name of a field: its ``cli`` name, else ``--field-name``."""
-    return str(_extra(info).get("cli", "--" + name.replace("_", "-")))
 
 
 def model_options(
@@ -104,7 +97,7 @@ def model_options(
         for name, info in reversed(list(model.model_fields.items())):
             if name in skip:
                 continue
-            flag = _flag(name, info)
+            flag = option_flag(name, info)
             kwargs: dict[str, Any] = {"help": info.description}
             if info.annotation is bool:  # --x/--no-x: a sweep's default can be overridden
                 flag = f"{flag}/--no-{flag.removeprefix('--')}"
@@ -116,21 +109,3 @@ def model_options(
         return command
 
     return decorate
-
-
-def model_argv(values: BaseModel, skip: tuple[str, ...] = ()) -> list[str]:
-    """The options :func:`model_options` reads back as ``values``: each field not at its default.
-
-    Fields in ``skip`` are left out (positional arguments, options the caller sets itself).
-    """
-    argv: list[str] = []
-    for name, info in type(values).model_fields.items():
-        value = getattr(values, name)
-        if name in skip or value == info.default:
-            continue
-        flag = _flag(name, info)
-        if info.annotation is bool:
-            argv.append(flag if value else f"--no-{flag.removeprefix('--')}")
-        else:
-            argv += [flag, str(value)]
-    return argv

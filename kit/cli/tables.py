@@ -4,25 +4,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.metrics.flops import model_flops_per_step, params_count
-from kit.engines import engine_spec
-from kit.neutralize import safe_table, terminal_safe
-from kit.plan.memory import GIB, MemoryEstimate, fit_refusal, fit_warning
 from kit.config.loader import load_platform, load_workload, platform_names, workload_names
 from kit.config.run import ParallelConfig, RunConfig
 from kit.config.workload import WorkloadSpec
+from kit.engines import engine_spec
+from kit.metrics.flops import model_flops_per_step, params_count
+from kit.metrics.text import fmt
+from kit.neutralize import safe_table, terminal_safe
+from kit.plan.memory import GIB, MemoryEstimate, fit_refusal, fit_warning
 
 if TYPE_CHECKING:
     from kit.launch.session import SessionResult
-
-
-def fmt(value: Any, unit: str = "", digits: int = 3) -> str:
-    """Format a metric; ``None`` (not measurable here) becomes ``n/a``."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}{unit}"
-    return f"{value}{unit}"
 
 
 def count_text(n: int) -> str:

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kit.errors import KitInputError
-from kit.paths import platforms_dir, workloads_dir
 from kit.config.platform import PlatformSpec
 from kit.config.workload import WorkloadSpec
+from kit.errors import KitInputError
+from kit.paths import platforms_dir, workloads_dir
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -4,8 +4,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kit.config.fabric import FabricSpec
 from kit.config.bounds import MAX_STEPS
+from kit.config.fabric import FabricSpec
 from kit.config.platform import Dtype, PlatformSpec
 from kit.config.workload import ScalingRecord, WorkloadSpec
 

@@ -4,8 +4,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from kit.neutralize import refuse_control
 from kit.config.bounds import MAX_BATCH, MAX_LAYERS, MAX_WIDTH
+from kit.neutralize import refuse_control
 
 PlainText = Annotated[str, AfterValidator(refuse_control)]
 """A name or value that lands in comments, job names and scripts: no line breaks or escapes."""

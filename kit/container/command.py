@@ -22,11 +22,11 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kit.config.platform import PlatformSpec
 from kit.container import Runtime
 from kit.container.detect import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR
 from kit.errors import KitInputError
 from kit.neutralize import control_problem
-from kit.config.platform import PlatformSpec
 
 _BINARY = {"docker": "docker", "podman": "podman", "apptainer": "apptainer", "pyxis": "srun"}
 
@@ -192,8 +192,8 @@ def run_in_container(
         KitInputError: The platform is not on this host (unless ``dry_run``), names no image,
             or the runtime is not installed.
     """
-    from kit.plan.detect import detect_platform, platform_present
     from kit.config.loader import load_platform
+    from kit.plan.detect import detect_platform, platform_present
 
     spec = load_platform(platform) if platform else detect_platform()
     if not dry_run and not platform_present(spec):

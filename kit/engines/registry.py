@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, ClassVar
 
+from kit.config.run import ParallelConfig, RunConfig
 from kit.engines.execution import EAGER, Execution
 from kit.errors import KitInputError
-from kit.config.run import ParallelConfig, RunConfig
 
 if TYPE_CHECKING:
     from kit.engines.base import Engine

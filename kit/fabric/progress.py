@@ -9,8 +9,8 @@ watcher interface (``poll``, ``close``) and prints what it measures, then each l
 import sys
 from pathlib import Path
 
-from kit.fabric.results import FabricPoint
 from kit.config.fabric import FabricSpec
+from kit.fabric.results import FabricPoint
 from kit.launch.rankfile import RANKS_DIR
 
 

@@ -1,11 +1,12 @@
-"""The options of ``charllm-kit fabric``, defined once (kit.cli.commands generates them from here)."""
+"""The options of ``charllm-kit fabric``, defined once (kit.cli.commands generates them from
+here)."""
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.errors import KitInputError
 from kit.config.loader import describe_validation_error
-from kit.plan.resolve import RunRequest
 from kit.config.run import Launcher
+from kit.errors import KitInputError
+from kit.plan.resolve import RunRequest
 
 _RUN = RunRequest.model_fields
 

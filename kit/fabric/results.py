@@ -4,8 +4,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tabulate import tabulate
 
 from kit.bundle.reader import Bundle
-from kit.errors import BundleError
 from kit.config.fabric import CollectiveOp
+from kit.errors import BundleError
 
 RESULTS_NAME = "fabric.json"
 

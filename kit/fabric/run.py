@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-from kit.errors import KitInputError
-from kit.fabric.request import FabricRequest
 from kit.config.fabric import (
     DEFAULT_SIZES_CPU,
     DEFAULT_SIZES_GPU,
@@ -12,12 +10,14 @@ from kit.config.fabric import (
     parse_ops,
     parse_sizes,
 )
+from kit.config.loader import load_platform
+from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
+from kit.errors import KitInputError
+from kit.fabric.request import FabricRequest
 from kit.launch.launchers import launch_run
 from kit.launch.session import SessionResult
 from kit.plan.detect import detect_platform, platform_present
 from kit.telemetry.devices import local_accelerator_names
-from kit.config.loader import load_platform
-from kit.config.run import OptimizationConfig, ParallelConfig, RunConfig
 
 WORKER = "kit.fabric.worker"
 

@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from kit.atomic_write import write_atomic
+from kit.config.fabric import CollectiveOp, FabricSpec
 from kit.fabric.bandwidth import algbw_gbps, busbw_gbps, message_bytes
 from kit.fabric.progress import report_point
 from kit.fabric.results import RESULTS_NAME, FabricPoint, FabricResults
-from kit.config.fabric import CollectiveOp, FabricSpec
 from kit.fabric.timing import GRAPH_NCCL_ENV, iterations_for, time_cuda_graph, time_host_loop
 from kit.launch.rank_fork import RANK_SIGNALS
 from kit.launch.rankfile import RankResult, read_config, write_rank_result

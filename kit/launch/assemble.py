@@ -6,7 +6,6 @@ only what is on disk in the staging folder (``run-config.json``, ``ranks/``, tel
 the sampler's report, ``logs/``) plus how the launcher saw the ranks end, when it saw it.
 """
 
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,10 +17,6 @@ import pyarrow.compute as pc
 
 import kit
 from kit import lifecycle
-from kit.metrics.expert_load import expert_load_summary, experts_rows
-from kit.metrics.labels import device_index
-from kit.metrics.summary import summarize
-from kit.metrics.stragglers import RankStep, straggler_summary, untimed_reason
 from kit.bundle.schema import (
     STEPS_SCHEMA,
     FieldSource,
@@ -30,15 +25,19 @@ from kit.bundle.schema import (
     NodeInventory,
     RankRecord,
 )
+from kit.bundle.telemetry_fields import TELEMETRY_FIELDS
 from kit.bundle.writer import BundleStaging, concat_chunks
 from kit.cache.compile_cache import entries
+from kit.config.run import RunConfig
 from kit.container.detect import container_record
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
 from kit.launch.local import LaunchOutcome, RankExit
 from kit.launch.rankfile import SCRATCH, RankResult, read_rank_result, recover_rank_result
-from kit.config.run import RunConfig
-from kit.bundle.telemetry_fields import TELEMETRY_FIELDS
+from kit.metrics.expert_load import expert_load_summary, experts_rows
+from kit.metrics.labels import device_index
+from kit.metrics.stragglers import RankStep, straggler_summary, untimed_reason
+from kit.metrics.summary import summarize
 from kit.telemetry.sampler import REPORT_NAME, SamplerReport
 
 LOG_TAIL_LINES = 10
@@ -77,17 +76,6 @@ class NodeData:
     chunks_dir: Path
     report: SamplerReport | None
     offset_s: float = 0.0
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(Path(kit.__file__).parent), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=True,
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -414,7 +402,7 @@ def assemble_bundle(
     )
     manifest = Manifest(
         kit_version=kit.__version__,
-        git_commit=_git_commit(),
+        git_commit=kit.git_commit(),
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         status=end.status,
         error=end.error,

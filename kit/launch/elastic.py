@@ -29,6 +29,7 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
+from kit.config.run import RunConfig
 from kit.launch import rank_fork
 from kit.launch.elastic_fork import RankStarter
 from kit.launch.local import (
@@ -42,7 +43,6 @@ from kit.launch.local import (
 from kit.launch.rankfile import AGENTS_DIR
 from kit.launch.rendezvous import NodeRole
 from kit.launch.signals import SignalCounter
-from kit.config.run import RunConfig
 
 EXIT_BARRIER_S = 5.0
 """How long an agent whose ranks all exited 0 waits for the other agents (torch's exit barrier).

@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
+from kit.config.run import RunConfig
 from kit.launch.local import WORKER
 from kit.launch.session import SessionResult
-from kit.config.run import RunConfig
 
 
 class NodePlace(Protocol):

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.config.run import RunConfig
 from kit.launch import rank_fork
 from kit.launch.rank_fork import ForkedRank
 from kit.launch.signals import SignalCounter
-from kit.config.run import RunConfig
 
 FAILURE_GRACE_S = 10.0
 """After a rank fails: how long its peers get to end before they are killed."""

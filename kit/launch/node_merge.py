@@ -8,8 +8,8 @@ telemetry folder and clock offset, and the ranks' exits on node 0's clock, the s
 
 from pathlib import Path
 
-from kit.launch.assemble import NodeData, read_sampler_report
 from kit.bundle.schema import ClockSync, NodeInventory
+from kit.launch.assemble import NodeData, read_sampler_report
 from kit.launch.inventory import node_inventory
 from kit.launch.local import RankExit
 from kit.launch.rankfile import NodeRecord, read_node_record

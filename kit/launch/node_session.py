@@ -22,10 +22,11 @@ from typing import Any
 
 import psutil
 
-from kit.cache import compile_cache
-from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
 from kit.bundle.writer import BundleStaging, new_bundle_id
+from kit.cache import compile_cache
+from kit.config.run import RunConfig
 from kit.errors import KitInputError
+from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report, run_end
 from kit.launch.clock import ClockOffset, measure_clock, serve_clock
 from kit.launch.elastic import launch_elastic
 from kit.launch.inventory import node_inventory
@@ -52,7 +53,6 @@ from kit.launch.session import (
 )
 from kit.launch.signals import SignalCounter
 from kit.launch.watchdog import stall_end, stall_watchdog
-from kit.config.run import RunConfig
 from kit.telemetry.sampler import SamplerReport
 
 SHARED_TOKEN = f"{NODES_DIR}/shared-folder-token"

@@ -31,8 +31,8 @@ import torch
 from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
 from kit.atomic_write import write_atomic
-from kit.launch.rankfile import RANKS_DIR, StepRecord
 from kit.config.run import RunConfig
+from kit.launch.rankfile import RANKS_DIR, StepRecord
 
 PROFILE_DIR = "profile"
 CHAKRA_DIR = "chakra"

@@ -16,9 +16,10 @@ they ended).
 import socket
 from pathlib import Path
 
-from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report
 from kit.bundle.writer import SUMS_NAME, BundleStaging
+from kit.config.run import RunConfig
 from kit.errors import BundleError, KitInputError
+from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_report
 from kit.launch.rankfile import (
     CONFIG_FILE,
     LAUNCHER_FILE,
@@ -30,7 +31,6 @@ from kit.launch.rankfile import (
     running_ranks,
     unpublished_reason,
 )
-from kit.config.run import RunConfig
 from kit.telemetry.sampler import SamplerReport
 
 UNSEEN_EXITS = "rank exit codes and times were not seen"

@@ -19,13 +19,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal, get_args
 
-from kit.cli.options import model_argv
+from kit.config.argv import model_argv
+from kit.config.run import RunConfig
 from kit.container.command import container_command
 from kit.errors import KitInputError
 from kit.launch.slurm import AGENT_ENV, PORT_BASE, srun_agents
 from kit.neutralize import control_problem, terminal_safe
 from kit.plan.resolve import RunRequest
-from kit.config.run import RunConfig
 
 JobRuntime = Literal["pyxis", "apptainer", "none"]
 JOB_RUNTIMES: tuple[str, ...] = get_args(JobRuntime)

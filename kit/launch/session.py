@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.cache import compile_cache
 from kit.bundle.writer import BundleStaging, new_bundle_id
+from kit.cache import compile_cache
+from kit.config.run import RunConfig
 from kit.engines import engine_spec
 from kit.errors import RunNotPublished
 from kit.launch.local import WORKER, LaunchOutcome, launch_local
@@ -38,7 +39,6 @@ from kit.launch.rankfile import (
 from kit.launch.signals import SignalCounter
 from kit.launch.watchdog import StallWatchdog, stall_end, stall_watchdog
 from kit.lifecycle import Marks, describe, launcher_marks
-from kit.config.run import RunConfig
 from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.edges import EDGE_ENV, SAMPLER_START_TIMEOUT_S, mark_sampler_ready

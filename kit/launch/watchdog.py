@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from kit.config.fabric import FabricSpec
+from kit.config.run import RunConfig
 from kit.launch.rankfile import steps_log_path, write_json_atomic
 from kit.launch.signals import SignalCounter
 from kit.launch.stall_dumps import LOGS_DIR, STALL_RECORD, flight_recorder_path
@@ -61,7 +62,6 @@ from kit.launch.stall_evidence import (
     py_spy_dumps,
     request_stacks,
 )
-from kit.config.run import RunConfig
 
 if TYPE_CHECKING:  # the bundle's assembly is imported while the ranks start (kit.launch.session)
     from kit.launch.assemble import RunEnd

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
+from kit.config.run import RunConfig
 from kit.engines import engine_spec
 from kit.launch.early_groups import EarlyProcessGroup, early_group_wanted
 from kit.launch.local import LAUNCHER_PID_ENV
@@ -39,7 +40,6 @@ from kit.launch.rankfile import (
 )
 from kit.launch.stall_dumps import arm_stall_dumps
 from kit.measure_window import MAX_EXTENSION
-from kit.config.run import RunConfig
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.edges import poke_sampler, wait_for_sampler
 from kit.telemetry.zeus import ZeusStepEnergy

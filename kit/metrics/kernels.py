@@ -50,8 +50,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.bundle.reader import Bundle
-from kit.errors import BundleError
 from kit.config.run import RunConfig
+from kit.errors import BundleError
 
 CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (

@@ -57,10 +57,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kit.bundle.telemetry_fields import THROTTLE_BITS
+from kit.measure_window import MIN_COUNTER_READINGS, MIN_POWER_SAMPLES
 from kit.metrics.attribution import MEASURED, StepWindows, step_windows, window_index
 from kit.metrics.energy import device_energy
-from kit.measure_window import MIN_COUNTER_READINGS, MIN_POWER_SAMPLES
-from kit.bundle.telemetry_fields import THROTTLE_BITS
 
 _CODES = 64
 """Throttle values counted one by one: every OR of the six kit bits (0..63)."""

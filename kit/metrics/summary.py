@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from kit.config.run import RunConfig
 from kit.metrics.attribution import MEASURED, step_windows
 from kit.metrics.flops import model_flops_per_step
 from kit.metrics.power import device_metrics, host_power
-from kit.config.run import RunConfig
 
 GIB = 1024**3
 

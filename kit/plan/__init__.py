@@ -6,9 +6,9 @@ accepts is one ``run`` accepts, for the same reasons in the same words.
 
 from dataclasses import dataclass
 
+from kit.config.run import RunConfig
 from kit.plan.memory import MemoryEstimate, estimate_memory, fit_refusal, fit_warning
 from kit.plan.resolve import RunRequest, resolve
-from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

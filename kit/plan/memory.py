@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from kit.engines import engine_spec
-from kit.engines.registry import BytesPerParameter, Sharding
 from kit.config.run import RunConfig
 from kit.config.workload import padded_vocab_size
+from kit.engines import engine_spec
+from kit.engines.registry import BytesPerParameter, Sharding
 
 GIB = 1024**3
 

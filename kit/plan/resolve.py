@@ -4,11 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.errors import KitInputError
-from kit.measure_window import default_min_measured_s
 from kit.config.bounds import MAX_BATCH, MAX_RANKS, MAX_SECONDS, MAX_STEPS
-from kit.plan.detect import detect_platform, platform_present
-from kit.telemetry.devices import local_accelerator_names
 from kit.config.loader import describe_validation_error, load_platform, load_workload
 from kit.config.platform import PlatformSpec
 from kit.config.run import (
@@ -21,6 +17,10 @@ from kit.config.run import (
 )
 from kit.config.validate import layout_violations
 from kit.config.workload import ScalingRecord, WorkloadSpec
+from kit.errors import KitInputError
+from kit.measure_window import default_min_measured_s
+from kit.plan.detect import detect_platform, platform_present
+from kit.telemetry.devices import local_accelerator_names
 
 
 class RunRequest(BaseModel):

@@ -28,11 +28,11 @@ the measured micro-batch per layer, which bounds the step from above (kit.projec
 
 from dataclasses import dataclass
 
+from kit.config.run import RunConfig
 from kit.metrics.flops import model_flops_per_step
 from kit.plan.memory import stage_parameters
 from kit.projection.sources import UNPROFILED, MeasuredRun
 from kit.projection.volumes import layers_per_stage
-from kit.config.run import RunConfig
 
 _TP_SPLIT = ("MatMul", "attention", UNPROFILED)
 """Categories every TP rank runs on its own shard; the rest are sharded only with SP."""

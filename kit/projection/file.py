@@ -11,15 +11,18 @@ reads manifests and metrics needs no second path; it has no telemetry, steps or 
 """
 
 import json
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.bundle.reader import Bundle
 from kit.bundle.schema import SUMMARY_KEYS, FieldSource, Manifest, MetricsFile, RankRecord
-from kit.errors import BundleError
 from kit.config.loader import describe_validation_error
+from kit.errors import BundleError
 
 SUFFIX = ".projection.json"
 KIND = "charllm-kit projection"
@@ -152,8 +155,8 @@ def write_projection(projection: ProjectionFile, path: Path) -> Path:
 
 def _ranks(config: dict[str, Any]) -> list[RankRecord]:
     """Rank records of the target layout (megatron-core's order), none of them run."""
-    from kit.engines import engine_spec
     from kit.config.run import ParallelConfig
+    from kit.engines import engine_spec
 
     parallel = ParallelConfig.model_validate(config["parallel"])
     per_node = config.get("devices_per_node") or parallel.world_size
@@ -166,8 +169,28 @@ def _ranks(config: dict[str, Any]) -> list[RankRecord]:
     return out
 
 
-def projected_bundle(path: str | Path) -> Bundle:
-    """A projection file as a :class:`Bundle` with ``projection`` set (module docstring).
+@dataclass(frozen=True)
+class ProjectedBundle(Bundle):
+    """A projection file read as a bundle (module docstring): the model's figures in the
+    manifest and metrics a bundle has, and the projection itself. It has no steps, telemetry,
+    experts or profile. The bundle reader knows nothing of projections; readers that show
+    both ask :func:`projection_of`."""
+
+    projection: ProjectionFile = field(kw_only=True)
+
+    @cached_property
+    def experts(self) -> pa.Table | None:
+        """None: a projection has no expert-load table."""
+        return None
+
+
+def projection_of(bundle: Bundle) -> ProjectionFile | None:
+    """The projection ``bundle`` stands for; None for a measured bundle."""
+    return bundle.projection if isinstance(bundle, ProjectedBundle) else None
+
+
+def projected_bundle(path: str | Path) -> ProjectedBundle:
+    """A projection file as a :class:`ProjectedBundle` (module docstring).
 
     Raises:
         BundleError: As :func:`read_projection`.
@@ -188,7 +211,7 @@ def projected_bundle(path: str | Path) -> Bundle:
         summary={k: proj.summary.get(k) for k in SUMMARY_KEYS},
         power={"energy_source": "projected"},
         notes=[f"projected by charllm-kit project from {inputs}", *proj.assumptions])
-    return Bundle(path=Path(path), manifest=manifest, metrics=metrics, projection=proj)
+    return ProjectedBundle(path=Path(path), manifest=manifest, metrics=metrics, projection=proj)
 
 
 def memory_estimate_text(proj: ProjectionFile) -> str:

@@ -33,9 +33,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.errors import KitInputError
 from kit.config.run import RunConfig
 from kit.config.workload import padded_vocab_size
+from kit.errors import KitInputError
 
 SUFFIX = ".gemm.json"
 KIND = "charllm-kit gemm table"

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from kit.config.loader import load_platform, load_workload
+from kit.config.platform import PlatformSpec
 from kit.errors import KitInputError
 from kit.projection.gemm import Gemm, GemmPoint, GemmTable, logits_gemms, stage_gemms
 from kit.projection.request import ProjectionTarget, plan_target
-from kit.config.loader import load_platform, load_workload
-from kit.config.platform import PlatformSpec
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 WARMUP = 3

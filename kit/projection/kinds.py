@@ -22,12 +22,12 @@ the projection's ``provenance``.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.errors import KitInputError
-from kit.projection.gemm import GemmTable, read_gemm_table, shipped_table, stage_gemms
-from kit.projection.sources import UNPROFILED, MeasuredRun
 from kit.config.loader import load_platform
 from kit.config.platform import PlatformSpec
 from kit.config.run import RunConfig
+from kit.errors import KitInputError
+from kit.projection.gemm import GemmTable, read_gemm_table, shipped_table, stage_gemms
+from kit.projection.sources import UNPROFILED, MeasuredRun
 
 MEMORY_BOUND = ("norm", "elementwise/memory", "other")
 

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import kit
-from kit.analysis.compare import layout_label
-from kit.metrics.flops import model_flops_per_step
+from kit.config.loader import load_platform
+from kit.config.run import RunConfig
 from kit.errors import KitInputError
+from kit.metrics.flops import model_flops_per_step
+from kit.metrics.labels import layout_label
 from kit.plan.memory import GIB
 from kit.projection.compute import SourceRates, optimizer_parameters, stage_compute
 from kit.projection.file import CollectiveRecord, ProjectionFile, ProjectionInput, StageRecord
@@ -39,8 +41,6 @@ from kit.projection.sources import UNPROFILED, Inputs, MeasuredRun, read_inputs
 from kit.projection.span import Span
 from kit.projection.step import StepModel, assemble, stage_step
 from kit.projection.volumes import stage_collectives
-from kit.config.loader import load_platform
-from kit.config.run import RunConfig
 
 _NOT_ARCHITECTURE = frozenset({"name", "description", "num_layers", "micro_batch_size",
                                "global_batch_size", "scaling", "moe_capacity_factor",
@@ -289,10 +289,9 @@ def project(paths: list[str | Path], target: ProjectionTarget,
     mem_gib = plan.memory.peak.total_bytes / GIB  # run --dry-run's "total per device"
     summary, interval = _summary(cfg, step_s, power, mem_gib)
     given = {Path(p).resolve(): str(p) for p in paths}
-    from kit.launch.assemble import _git_commit
 
     return ProjectionFile(
-        kit_version=kit.__version__, git_commit=_git_commit(),
+        kit_version=kit.__version__, git_commit=kit.git_commit(),
         created_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         command=command, inputs=_inputs(given, inputs, chosen, optimizer_from)
         + _table_inputs(scale, given),

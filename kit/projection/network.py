@@ -31,13 +31,13 @@ figures; the low end of each time is the target datasheet's figure without laten
 import math
 from dataclasses import dataclass
 
-from kit.fabric.bandwidth import bus_factor
-from kit.fabric.results import FabricResults
 from kit.config.fabric import CollectiveOp
-from kit.projection.span import ZERO, Span
-from kit.projection.volumes import Collective, Group
 from kit.config.platform import PlatformSpec
 from kit.config.run import RunConfig
+from kit.fabric.bandwidth import bus_factor
+from kit.fabric.results import FabricResults
+from kit.projection.span import ZERO, Span
+from kit.projection.volumes import Collective, Group
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ such: the same kernels draw the same share of the power limit).
 import itertools
 from dataclasses import dataclass
 
+from kit.config.run import RunConfig
 from kit.projection.sources import MeasuredRun
 from kit.projection.span import Span
 from kit.projection.step import StepModel
-from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

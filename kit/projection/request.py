@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from kit.errors import KitInputError
 from kit.config.platform import PlatformSpec
-from kit.plan.resolve import RunRequest, run_request
 from kit.config.run import Recompute
 from kit.config.workload import WorkloadSpec
+from kit.errors import KitInputError
+from kit.plan.resolve import RunRequest, run_request
 
 if TYPE_CHECKING:
     from kit.plan import RunPlan

@@ -4,7 +4,7 @@ import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kit.analysis.compare_format import format_value
+from kit.metrics.text import format_value
 from kit.neutralize import safe_table, terminal_safe
 from kit.projection.file import SUFFIX, ProjectionFile, memory_estimate_text, write_projection
 from kit.projection.model import project

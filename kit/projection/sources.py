@@ -27,16 +27,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from kit.metrics.attribution import MEASURED, step_windows
-from kit.metrics.kernels import IDLE, RankBreakdown, read_breakdowns
-from kit.metrics.labels import rank_device
 from kit.bundle.reader import Bundle
 from kit.bundle.verified import read_verified_bundle
+from kit.config.run import RunConfig
 from kit.engines.execution import execution_of
 from kit.errors import KitInputError
 from kit.fabric.results import read_fabric
+from kit.metrics.attribution import MEASURED, step_windows
+from kit.metrics.kernels import IDLE, RankBreakdown, read_breakdowns
+from kit.metrics.labels import rank_device
 from kit.projection.network import MeasuredFabric
-from kit.config.run import RunConfig
 
 UNPROFILED = "unprofiled"
 """The compute category of a run without a profile: its whole step."""

@@ -28,12 +28,12 @@ the same way), ``high`` exposes all of it.
 
 from dataclasses import dataclass, field
 
+from kit.config.run import RunConfig
 from kit.projection.compute import StageCompute
 from kit.projection.host import p2p_sync_s
 from kit.projection.network import Links
 from kit.projection.span import ZERO, Span, span_max, span_sum
 from kit.projection.volumes import Collective
-from kit.config.run import RunConfig
 
 
 @dataclass(frozen=True)

@@ -56,12 +56,12 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
-from kit.engines.registry import engine_spec
 from kit.config.fabric import CollectiveOp
-from kit.plan.memory import element_bytes, stage_parameters
 from kit.config.run import RunConfig
 from kit.config.workload import WorkloadSpec, padded_vocab_size
+from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
+from kit.engines.registry import engine_spec
+from kit.plan.memory import element_bytes, stage_parameters
 
 Group = Literal["tp", "cp", "ep", "dp", "expert_dp", "pp", "embedding"]
 """Which ranks a collective runs among (kit.projection.network places each group on nodes)."""

@@ -9,8 +9,8 @@ recomputation) at :data:`ASSUMED_MFU` of the platform's peak; a cpu step of gpt3
 the estimate of the points left scaled by how the finished ones compared with theirs.
 """
 
-from kit.metrics.flops import model_flops_per_step
 from kit.config.run import RunConfig
+from kit.metrics.flops import model_flops_per_step
 
 GPU_STARTUP_S = 25.0
 CPU_STARTUP_S = 33.0

@@ -21,15 +21,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kit.config.loader import load_platform
 from kit.errors import KitInputError
 from kit.plan import plan_run
 from kit.plan.detect import detect_platform, platform_present
-from kit.telemetry.devices import local_accelerator_names
-from kit.config.loader import load_platform
 from kit.plan.resolve import RunRequest
 from kit.study.catalog import FINDING_IDS
 from kit.study.estimate import step_s
 from kit.sweep.spec import SweepSpec
+from kit.telemetry.devices import local_accelerator_names
 
 NODE_SIZES = (1, 2, 4, 8)
 GLOBAL_BATCH = 16

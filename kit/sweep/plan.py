@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kit.config.loader import describe_validation_error, load_platform, load_workload
+from kit.config.run import RunConfig
 from kit.errors import KitInputError
 from kit.plan import plan_run
 from kit.plan.memory import MemoryEstimate
-from kit.config.loader import describe_validation_error, load_platform, load_workload
 from kit.plan.resolve import RunRequest, run_request
-from kit.config.run import RunConfig
 from kit.sweep.spec import SweepSpec
 
 # Short forms of field names in point ids; other fields use their own name.

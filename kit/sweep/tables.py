@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.cli.tables import fmt
+from kit.metrics.text import fmt
 from kit.neutralize import safe_table
 from kit.plan.memory import GIB
 from kit.sweep.index import SweepIndex

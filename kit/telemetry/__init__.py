@@ -2,13 +2,14 @@
 
 Layout: :mod:`kit.telemetry.base` is the interface (:class:`TelemetrySource`: what a backend
 reads, how it is planned for a run and how it probes the host) and the shared error mapping;
-:mod:`kit.bundle.telemetry_fields` the canonical row and its columns; one module or folder per backend
-(``host``, ``replay``, ``nvidia/`` with NVML and its throttle reasons, ``amd/`` with AMD SMI
-and its quirks); :mod:`kit.telemetry.counters` unwraps every backend's cumulative counters;
-:mod:`kit.telemetry.throttle` names the vendor-neutral throttle bits;
-:mod:`kit.telemetry.sampler` the process that samples them. Adding a backend is its module and
-one line in :data:`SOURCES` (or :func:`register_source` from outside the kit); platforms may
-then list it under ``telemetry:``.
+:mod:`kit.bundle.telemetry_fields` the canonical row and its columns (part of the bundle
+format); one module or folder per backend (``host``, ``replay``, ``nvidia/`` with NVML and its
+throttle reasons, ``amd/`` with AMD SMI and its quirks); :mod:`kit.telemetry.counters` unwraps
+every backend's cumulative counters; :mod:`kit.telemetry.throttle` names the vendor-neutral
+throttle bits; :mod:`kit.telemetry.sampler` the process that samples them. Adding a backend is
+its module and one line in :data:`SOURCES` (kit/config/telemetry_sources.py, re-exported here;
+or :func:`register_source` from outside the kit);
+platforms may then list it under ``telemetry:``.
 
 Backends are named here by ``"module:Class"`` strings and imported only when used, so
 importing ``kit.telemetry`` never loads a vendor library. The sampler resolves names to these

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kit.atomic_write import write_atomic
-from kit.telemetry.arrow_rows import table_from_rows
 from kit.bundle.telemetry_fields import TELEMETRY_ARROW_SCHEMA, make_row
+from kit.telemetry.arrow_rows import table_from_rows
 
 CHUNK_GLOB = "chunk-*.parquet"
 """Names of the chunk files; their zero-padded indices sort in write order."""

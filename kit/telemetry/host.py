@@ -11,6 +11,7 @@ from typing import Any
 
 import psutil
 
+from kit.bundle.telemetry_fields import make_row
 from kit.telemetry.base import (
     FieldInfo,
     TelemetryError,
@@ -18,7 +19,6 @@ from kit.telemetry.base import (
     TelemetrySource,
 )
 from kit.telemetry.counters import WrappingCounter, describe_events
-from kit.bundle.telemetry_fields import make_row
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 """Where the kernel exposes powercap (RAPL) zones."""

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pyarrow.parquet as pq
 
+from kit.bundle.telemetry_fields import CANONICAL_FIELDS, TELEMETRY_SCHEMA
 from kit.bundle.verify import CUMULATIVE_FIELDS
 from kit.paths import kit_home
 from kit.telemetry.base import FieldInfo, TelemetryNotSupportedError, TelemetrySource
-from kit.bundle.telemetry_fields import CANONICAL_FIELDS, TELEMETRY_SCHEMA
 
 if TYPE_CHECKING:
     from kit.config.run import RunConfig

@@ -1,10 +1,10 @@
 """Throttle reasons: the kit's vendor-neutral bits, and their names.
 
-The telemetry ``throttle`` column is an OR of :data:`kit.bundle.telemetry_fields.THROTTLE_BITS`, so a
-study can ask "how often was this device power-capped?" the same way on NVIDIA and AMD. Each
-vendor's decoder lives with its source (``nvidia/throttle.py``, ``amd/quirks.py``); each maps
-every bit it knows, and folds any bit it does not know into ``other`` rather than dropping it
-(a new driver's reason must not read as "not throttled").
+The telemetry ``throttle`` column is an OR of :data:`kit.bundle.telemetry_fields.THROTTLE_BITS`,
+so a study can ask "how often was this device power-capped?" the same way on NVIDIA and AMD.
+Each vendor's decoder lives with its source (``nvidia/throttle.py``, ``amd/quirks.py``); each
+maps every bit it knows, and folds any bit it does not know into ``other`` rather than dropping
+it (a new driver's reason must not read as "not throttled").
 """
 
 from kit.bundle.telemetry_fields import THROTTLE_BITS

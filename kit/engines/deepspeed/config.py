@@ -25,9 +25,9 @@ and step in host buffers, gradients copied out) is the same.
 
 from typing import Any
 
-from kit.metrics.flops import params_count
 from kit.config.run import RunConfig
 from kit.config.workload import WorkloadSpec
+from kit.metrics.flops import params_count
 
 GiB = 2**30
 

@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
+from kit.config.run import RunConfig
+from kit.config.workload import padded_vocab_size
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed import speed
@@ -30,8 +32,6 @@ from kit.engines.deepspeed.model import (
 )
 from kit.engines.kernels.compiled import compile_modules
 from kit.engines.kernels.deferred_compile import deferred_torch_compile
-from kit.config.run import RunConfig
-from kit.config.workload import padded_vocab_size
 
 
 class DeepSpeedEngine(Engine):

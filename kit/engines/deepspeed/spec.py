@@ -5,8 +5,8 @@ its pipeline engine; layouts that need another engine's model parallelism are re
 with a one-line reason instead of failing inside DeepSpeed.
 """
 
-from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.config.run import ParallelConfig, RunConfig
+from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 
 SPEED_FEATURES = ("compile", "cross_entropy")
 """GPU speed features of the deepspeed engine (kit.engines.deepspeed.speed)."""

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from kit.config.run import RunConfig
 from kit.engines.deepspeed.spec import SPEED_FEATURES
 from kit.engines.kernels.cross_entropy import vocab_parallel_cross_entropy
 from kit.engines.kernels.features import chosen_features
-from kit.config.run import RunConfig
 
 DEFAULT = frozenset(SPEED_FEATURES)
 """On by default on NVIDIA GPUs: together 4.5% faster at ZeRO-1 on one H100

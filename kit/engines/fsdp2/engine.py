@@ -21,14 +21,14 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
+from kit.config.run import RunConfig
+from kit.config.workload import padded_vocab_size
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
 from kit.engines.deepspeed.model import Block, CausalLM, drawing_on, is_block
 from kit.engines.deepspeed.speed import loss_function
 from kit.engines.fsdp2.spec import accumulates_unsharded
 from kit.engines.kernels.features import chosen_features
-from kit.config.run import RunConfig
-from kit.config.workload import padded_vocab_size
 
 DEFAULT = frozenset({"cross_entropy"})
 """On by default on NVIDIA GPUs. Compiled blocks are not: on 2 H200s they made gpt3-1.3b DP2

@@ -5,9 +5,9 @@ kit's plain PyTorch model, the one the deepspeed engine trains. It has data para
 layouts that need model parallelism are refused here with a one-line reason.
 """
 
-from kit.metrics.flops import params_count
-from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
 from kit.config.run import ParallelConfig, RunConfig
+from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
+from kit.metrics.flops import params_count
 
 SPEED_FEATURES = ("compile", "cross_entropy")
 """GPU speed features of the fsdp2 engine: ``torch.compile`` of every transformer block before

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from kit import lifecycle
+from kit.config.run import RunConfig
 from kit.engines.base import Engine, EngineInfo, RankPlacement, StepResult, rank_device
 from kit.engines.data import SyntheticTokens
 from kit.engines.execution import Execution
@@ -27,7 +28,6 @@ from kit.engines.megatron.expert_load import ExpertLoad
 from kit.engines.megatron.model import build_model_chunks, transformer_config
 from kit.engines.megatron.phase_timers import PhaseTimers
 from kit.engines.megatron.spec import GRAD_BUCKET_ELEMENTS
-from kit.config.run import RunConfig
 
 
 def _loss_func(

@@ -5,9 +5,9 @@ execution mode before any rank starts (``run --dry-run``, the progress line), th
 builds exactly that, and a projection of another layout knows how its target would run.
 """
 
+from kit.config.run import RunConfig
 from kit.engines.execution import EAGER, GRAPHED, Execution
 from kit.engines.kernels.features import chosen_features
-from kit.config.run import RunConfig
 
 SPEED_FEATURES = ("fusions", "wgrad_fusion", "cross_entropy", "cuda_graph", "fused_adam",
                   "foreach_optim", "compile", "grouped_gemm", "sync_free_permute",

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kit.engines.megatron import adapter, features, speed
 from kit.config.run import RunConfig
 from kit.config.workload import padded_vocab_size
+from kit.engines.megatron import adapter, features, speed
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

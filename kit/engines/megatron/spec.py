@@ -3,11 +3,11 @@
 import importlib
 from typing import TYPE_CHECKING
 
+from kit.config.run import ParallelConfig, RunConfig
 from kit.engines.execution import Execution
 from kit.engines.megatron import adapter, features
 from kit.engines.megatron.features import SPEED_FEATURES
 from kit.engines.registry import BytesPerParameter, EngineSpec, Sharding
-from kit.config.run import ParallelConfig, RunConfig
 
 if TYPE_CHECKING:
     from kit.engines.base import Engine

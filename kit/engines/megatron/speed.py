@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from kit.engines.kernels.compiled import compile_modules
 from kit.config.run import RunConfig
+from kit.engines.kernels.compiled import compile_modules
 
 
 def config_kwargs(cfg: RunConfig, features: frozenset[str]) -> dict[str, Any]:

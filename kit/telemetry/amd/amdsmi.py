@@ -43,6 +43,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from kit.bundle.telemetry_fields import make_row
 from kit.telemetry.amd.device import AmdDevice, FieldRead, read_fields
 from kit.telemetry.amd.library import (
     NOT_VERIFIED,
@@ -70,7 +71,6 @@ from kit.telemetry.base import (
     TelemetrySource,
     by_device,
 )
-from kit.bundle.telemetry_fields import make_row
 
 __all__ = ["AmdSmiSource", "load_amdsmi"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal
 
-from kit.telemetry.counters import WrappingCounter, describe_events, modulus_of_bits
 from kit.bundle.telemetry_fields import THROTTLE_BITS
+from kit.telemetry.counters import WrappingCounter, describe_events, modulus_of_bits
 
 AsicFamily = Literal["mi200", "mi300"]
 """Which throttle-reason bit layout a device uses (quirk (b))."""

@@ -29,6 +29,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
+from kit.bundle.telemetry_fields import make_row
 from kit.telemetry.base import (
     FieldInfo,
     SlowReader,
@@ -36,7 +37,6 @@ from kit.telemetry.base import (
     TelemetrySource,
     by_device,
 )
-from kit.bundle.telemetry_fields import make_row
 from kit.telemetry.nvidia.candidates import SLOW_READ_MS
 from kit.telemetry.nvidia.device import Decoder, NvmlDevice, open_device, read_fast, read_slow
 from kit.telemetry.nvidia.errors import nvml_errors
