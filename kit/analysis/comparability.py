@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.bundle.reader import Bundle
+from kit.config.run_kind import run_kind
 from kit.engines import ENGINES
-from kit.metrics.labels import is_fabric
 from kit.metrics.text import shorten
 from kit.projection.file import projection_of
 
@@ -267,7 +267,7 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
         return f"{p['name']} ({p.get('device_name')}, " + (
             f"peak {peak} TFLOP/s {dtype})" if peak else f"no {dtype} peak)")
 
-    trained = [b for b in bundles if not is_fabric(b.manifest.config)]  # fabric: no engine, batch
+    trained = [b for b in bundles if run_kind(b.manifest.config).trains]  # fabric: no engine
     return [
         *_projected_checks(bundles),
         *_unverified_checks(bundles),

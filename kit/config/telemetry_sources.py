@@ -7,9 +7,9 @@ in a fresh process, imports no vendor library; a class is imported only by
 :func:`load_source_class`.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from kit.config.targets import import_target
 from kit.errors import KitInputError
 
 if TYPE_CHECKING:
@@ -70,8 +70,5 @@ def source_target(name: str) -> str:
 
 def load_source_class(target: str) -> "type[TelemetrySource]":
     """Import the class a ``"module:Class"`` string names (the only place backends load)."""
-    module, _, qualname = target.partition(":")
-    obj = importlib.import_module(module)
-    for attr in qualname.split("."):
-        obj = getattr(obj, attr)
-    return obj  # type: ignore[return-value]
+    cls: type[TelemetrySource] = import_target(target)
+    return cls

@@ -8,13 +8,13 @@ the engine. Adding an engine is one module with a spec and one :func:`register_e
 ``kit/engines/__init__.py``.
 """
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, ClassVar
 
 from kit.config.run import ParallelConfig, RunConfig
+from kit.config.targets import import_target
 from kit.engines.execution import EAGER, Execution
 from kit.errors import KitInputError
 
@@ -104,8 +104,7 @@ class EngineSpec(ABC):
 
     def build(self) -> "Engine":
         """The engine object a rank trains with (imports the framework)."""
-        module, _, name = self.engine_class.partition(":")
-        engine: Engine = getattr(importlib.import_module(module), name)()
+        engine: Engine = import_target(self.engine_class)()
         return engine
 
     def execution(self, cfg: RunConfig) -> Execution:

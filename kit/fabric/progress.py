@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from kit.config.fabric import FabricSpec
+from kit.config.run import RunConfig
 from kit.fabric.results import FabricPoint
 from kit.launch.rankfile import RANKS_DIR
 
@@ -36,6 +37,13 @@ def _size(size_bytes: int) -> str:
 
 class FabricProgress:
     """Print what a fabric run measures, then one line per point as rank 0 reports it."""
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, staging: Path, label: str) -> "FabricProgress":
+        """The points of the fabric run ``cfg`` staged in ``staging``."""
+        assert isinstance(cfg.workload, FabricSpec), "a fabric run's workload is a FabricSpec"
+        return cls(staging, cfg.workload, label, cfg.world_size,
+                   cfg.workload.graph and not cfg.platform.is_cpu)
 
     def __init__(self, staging: Path, spec: FabricSpec, label: str, ranks: int,
                  graph: bool) -> None:

@@ -19,8 +19,6 @@ from kit.launch.session import SessionResult
 from kit.plan.detect import detect_platform, platform_present
 from kit.telemetry.devices import local_accelerator_names
 
-WORKER = "kit.fabric.worker"
-
 
 def resolve_fabric(req: FabricRequest) -> RunConfig:
     """The run config of the fabric benchmark ``req`` on this host (this node, for many).
@@ -71,4 +69,4 @@ def run_fabric(cfg: RunConfig, req: FabricRequest, out: Path,
     """Run the benchmark of ``cfg`` with telemetry through its launcher; node 0 publishes the
     bundle under ``out`` (None: a node other than 0 that node 0 did not tell how it ended);
     ``ends_process`` as :func:`kit.launch.launchers.launch_run` takes it."""
-    return launch_run(cfg, req, out, command, worker=WORKER, ends_process=ends_process)
+    return launch_run(cfg, req, out, command, ends_process=ends_process)

@@ -29,6 +29,7 @@ from kit.bundle.telemetry_fields import TELEMETRY_FIELDS
 from kit.bundle.writer import BundleStaging, concat_chunks
 from kit.cache.compile_cache import entries
 from kit.config.run import RunConfig
+from kit.config.run_kind import run_kind
 from kit.container.detect import container_record
 from kit.engines import engine_spec
 from kit.launch.inventory import node_inventory
@@ -375,7 +376,7 @@ def assemble_bundle(
                       if r and any(s.phase == "measured" for s in r.steps)])
     notes += [n for r in results[:1] if r for n in r.notes]
     notes += end.notes + telemetry_notes(report)
-    trains = cfg.workload.family != "fabric"  # a fabric run has no workload model, no step
+    trains = run_kind(cfg).trains  # a fabric run has no workload model, no step
     metrics = MetricsFile(
         summary=summary,
         per_rank=[{"rank": r.rank, "status": r.status, "mem_peak_bytes": r.mem_peak_bytes,

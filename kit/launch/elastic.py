@@ -30,13 +30,13 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 from kit.config.run import RunConfig
+from kit.config.run_kind import run_kind
 from kit.launch import rank_fork
 from kit.launch.elastic_fork import RankStarter
 from kit.launch.local import (
     FAILURE_GRACE_S,
     INTERRUPT_GRACE_S,
     LAUNCHER_PID_ENV,
-    WORKER,
     LaunchOutcome,
     RankExit,
 )
@@ -184,12 +184,11 @@ def launch_elastic(
     role: NodeRole,
     interrupts: SignalCounter,
     on_poll: Callable[[], None] | None = None,
-    worker: str = WORKER,
     on_started: Callable[[list[int]], None] | None = None,
 ) -> LaunchOutcome:
     """Run this node's ranks of ``cfg`` under torch's elastic agent and wait for them.
 
-    ``interrupts`` must be active around the call; each rank runs ``python -m <worker>``, or
+    ``interrupts`` must be active around the call; each rank runs its run kind's worker module, or
     on a CPU platform is forked from one process that imported for the node's ranks
     (kit.launch.elastic_fork). ``on_started`` gets the ranks' pids, in rank order, once they
     are started.
@@ -199,6 +198,7 @@ def launch_elastic(
     Raises:
         Exception: Whatever the agent raised (a rendezvous that failed); the caller records it.
     """
+    worker = run_kind(cfg).worker
     outcome = LaunchOutcome()
     if interrupts.count:
         outcome.interrupted = True

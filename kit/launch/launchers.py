@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.config.run import RunConfig
-from kit.launch.local import WORKER
 from kit.launch.session import SessionResult
 
 
@@ -19,11 +18,12 @@ class NodePlace(Protocol):
 
 
 def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
-               worker: str = WORKER, ends_process: bool = False) -> SessionResult | None:
+               ends_process: bool = False) -> SessionResult | None:
     """Run ``cfg`` with the launcher it names and return how it ended.
 
     The platform's ``env`` is set first where the environment does not set it, so every rank
-    gets it, as under ``submit``'s sbatch script. Each rank runs ``python -m <worker>``.
+    gets it, as under ``submit``'s sbatch script. Each rank runs its run kind's worker module
+(kit.config.run_kind: training or the fabric benchmark).
 
     ``local`` runs every rank here (kit.launch.session). ``torchrun`` runs this node's part
     (kit.launch.node_session), with the node's place from ``--node-rank`` and
@@ -44,7 +44,7 @@ def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
     if cfg.launcher == "local":
         from kit.launch.session import run_session
 
-        return run_session(cfg, out, command, worker=worker, ends_process=ends_process)
+        return run_session(cfg, out, command, ends_process=ends_process)
     from kit.launch.node_session import run_node_session
 
     if cfg.launcher == "slurm":
@@ -58,4 +58,4 @@ def launch_run(cfg: RunConfig, place: NodePlace, out: Path, command: list[str],
 
         role = torchrun_role(place.node_rank, cfg.nodes, place.rdzv_endpoint,
                              place.rdzv_timeout)
-    return run_node_session(cfg, out, command, role, worker, ends_process)
+    return run_node_session(cfg, out, command, role, ends_process)

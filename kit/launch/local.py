@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.config.run import RunConfig
+from kit.config.run_kind import run_kind
 from kit.launch import rank_fork
 from kit.launch.rank_fork import ForkedRank
 from kit.launch.signals import SignalCounter
@@ -36,8 +37,6 @@ publishes the bundle well within Slurm's default 30 s between SIGTERM and SIGKIL
 REAP_TIMEOUT_S = 10.0
 """How long a SIGKILLed rank may take to be reaped (a process in uninterruptible sleep in a
 device driver can take a while) before the launcher stops waiting for it."""
-WORKER = "kit.launch.worker"
-"""The module a training rank runs (``python -m WORKER STAGING``)."""
 LAUNCHER_PID_ENV = "CHARLLM_LAUNCHER_PID"
 """Environment variable that tells a rank which process must outlive it."""
 
@@ -192,17 +191,17 @@ def launch_local(
     on_started: Callable[[list[int], float], None] | None = None,
     on_poll: Callable[[], None] | None = None,
     poll_s: float = 0.2,
-    worker: str = WORKER,
 ) -> LaunchOutcome:
     """Run all ranks of ``cfg`` on this host and wait for them; never raises on rank failure.
 
     ``interrupts`` must be active (``with``) around the call: a signal already counted means
     no rank is started. ``on_started`` gets the ranks' pids, in rank order, once they are
     started, and when their processes were begun (a forked rank's: its zygote's). Each rank
-    runs ``python -m <worker> STAGING``, or on a CPU platform is forked from one process that
-    imported for all (kit.launch.rank_fork).
+    runs ``python -m WORKER STAGING`` (its run kind's worker, kit.config.run_kind), or on a CPU
+    platform is forked from one process that imported for all (kit.launch.rank_fork).
     """
     world = cfg.world_size
+    worker = run_kind(cfg).worker
     threads = max(1, (os.cpu_count() or 1) // world) if cfg.platform.is_cpu else 4
     port = free_port()
     logs_dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from kit.launch.assemble import NodeData, RunEnd, assemble_bundle, read_sampler_
 from kit.launch.clock import ClockOffset, measure_clock, serve_clock
 from kit.launch.elastic import launch_elastic
 from kit.launch.inventory import node_inventory
-from kit.launch.local import WORKER, LaunchOutcome
+from kit.launch.local import LaunchOutcome
 from kit.launch.node_merge import node_chunks, node_exits, node_parts, where
 from kit.launch.rankfile import (
     NODES_DIR,
@@ -140,10 +140,9 @@ def _exits(outcome: LaunchOutcome) -> dict[int, list[object]]:
 
 
 def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRole,
-                     worker: str = WORKER, ends_process: bool = False) -> SessionResult | None:
+                     ends_process: bool = False) -> SessionResult | None:
     """Run this node's part of ``cfg``; node 0 publishes the bundle and returns it.
 
-    ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
     ``ends_process``: SIGINT/SIGTERM stay ignored once the node is done (kit.launch.signals).
 
     Returns:
@@ -190,7 +189,7 @@ def run_node_session(cfg: RunConfig, out: Path, command: list[str], role: NodeRo
             outcome, report, notes, launch_error = sample_and_launch(
                 cfg, chunks, role.node,
                 lambda on_poll: launch_elastic(cfg, staging.path, staging.logs_dir, role,
-                                               interrupts, on_poll, worker, started),
+                                               interrupts, on_poll, on_started=started),
                 progress_watcher(cfg, staging.path) if role.node == 0 else None, watchdog)
             facts = report.devices if report else {}
             gpus = next((d for name, d in facts.items() if d and name != "replay"), None)

@@ -4,15 +4,42 @@ streams (rankfile, kit.lifecycle)."""
 import json
 import sys
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kit.config.run import RunConfig
+from kit.engines import engine_spec
+from kit.launch.rankfile import marks_path, steps_log_path
 from kit.lifecycle import NEXT_RANK_PHASE, read_marks
+
+
+class RunProgress(Protocol):
+    """What the launcher shows while ranks run, whatever the run's kind (kit.config.run_kind:
+    its ``progress`` class, built with ``for_run(cfg, staging, label)``)."""
+
+    def poll(self) -> None:
+        """Show what is new since the last call."""
+
+    def say(self, info: str) -> None:
+        """Show one line about the run (e.g. that the bundle is being written)."""
+
+    def close(self) -> None:
+        """Stop showing (the ranks have ended)."""
 
 
 class ProgressWatcher:
     """Poll rank 0's step log and draw a bar on a terminal, or print one line per step."""
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, staging: Path, label: str) -> "ProgressWatcher":
+        """Rank 0's start-up and steps of the training run ``cfg`` staged in ``staging``."""
+        execution = engine_spec(cfg.engine).execution(cfg)
+        # on a GPU an eager step is a fallback from the graphed one, which each step line names
+        fallback = None if execution.graphed or cfg.platform.is_cpu else execution.describe()
+        return cls(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
+                   marks_path(staging, 0), fallback, pipelined=cfg.parallel.pp > 1)
 
     def __init__(self, path: Path, total: int, warmup: int, label: str,
                  marks: Path | None = None, eager: str | None = None,

@@ -38,14 +38,16 @@ from pathlib import Path
 
 import psutil
 
+from kit.config.run_kind import RUN_KINDS
 from kit.launch.signals import SignalCounter
 from kit.lifecycle import process_start_time
 
 PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process."""
-FORKABLE = ("kit.launch.worker", "kit.fabric.worker")
-"""Worker modules a zygote can run: each has ``preload(staging)`` and
-``run_rank(staging, started=...)``, and unblocks :data:`RANK_SIGNALS` once it handles them."""
+FORKABLE = tuple(kind.worker for kind in RUN_KINDS)
+"""Worker modules a zygote can run (every run kind's, kit.config.run_kind): each has
+``preload(staging)`` and ``run_rank(staging, started=...)``, and unblocks :data:`RANK_SIGNALS`
+once it handles them."""
 RANK_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 """Blocked while the zygote forks, and in each rank until its handlers are set (worker)."""
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "ROLE_RANK")

@@ -19,20 +19,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kit.bundle.writer import BundleStaging, new_bundle_id
 from kit.cache import compile_cache
 from kit.config.run import RunConfig
-from kit.engines import engine_spec
+from kit.config.run_kind import run_kind
 from kit.errors import RunNotPublished
-from kit.launch.local import WORKER, LaunchOutcome, launch_local
-from kit.launch.progress import ProgressWatcher
+from kit.launch.local import LaunchOutcome, launch_local
+from kit.launch.progress import RunProgress
 from kit.launch.rankfile import (
     mark_unpublished,
-    marks_path,
     read_rank_result,
-    steps_log_path,
     write_config,
     write_launcher_record,
 )
@@ -43,9 +41,6 @@ from kit.telemetry import RANK_SIDE_SOURCES, load_source_class, source_target
 from kit.telemetry.base import TelemetryError
 from kit.telemetry.edges import EDGE_ENV, SAMPLER_START_TIMEOUT_S, mark_sampler_ready
 from kit.telemetry.sampler import SamplerReport, SourceSpec, TelemetrySampler
-
-if TYPE_CHECKING:
-    from kit.fabric.progress import FabricProgress
 
 SAMPLER_STOP_TIMEOUT_S = 10.0
 """How long the sampler may take to write its last chunk and report once asked to stop."""
@@ -110,7 +105,7 @@ def sample_and_launch(
     chunks_dir: Path,
     node: int,
     launch: Callable[[Callable[[], None]], LaunchOutcome],
-    watcher: "ProgressWatcher | FabricProgress | None",
+    watcher: RunProgress | None,
     watchdog: StallWatchdog | None = None,
     marks: Marks | None = None,
 ) -> tuple[LaunchOutcome, SamplerReport | None, list[str], str | None]:
@@ -195,22 +190,12 @@ def sample_and_launch(
     return outcome, report, notes, launch_error
 
 
-def progress_watcher(cfg: RunConfig, staging: Path) -> "ProgressWatcher | FabricProgress":
-    """Progress of rank 0's start-up and steps (or a fabric run's points), as the launcher
-    shows it."""
-    from kit.config.fabric import FabricSpec
-
+def progress_watcher(cfg: RunConfig, staging: Path) -> RunProgress:
+    """What the launcher shows while the ranks run: rank 0's start-up and steps, or a fabric
+    run's points (the run kind's ``progress``, kit.config.run_kind)."""
     label = f"{cfg.workload.name} on {cfg.platform.name} x{cfg.world_size}"
-    if isinstance(cfg.workload, FabricSpec):
-        from kit.fabric.progress import FabricProgress  # its results reader: pyarrow.compute
-
-        return FabricProgress(staging, cfg.workload, label, cfg.world_size,
-                              cfg.workload.graph and not cfg.platform.is_cpu)
-    execution = engine_spec(cfg.engine).execution(cfg)
-    # on a GPU an eager step is a fallback from the graphed one, which each step line names
-    fallback = None if execution.graphed or cfg.platform.is_cpu else execution.describe()
-    return ProgressWatcher(steps_log_path(staging, 0), cfg.total_steps, cfg.warmup, label,
-                           marks_path(staging, 0), fallback, pipelined=cfg.parallel.pp > 1)
+    progress: RunProgress = run_kind(cfg).progress_class().for_run(cfg, staging, label)
+    return progress
 
 
 WARM_IMPORTS = ("kit.launch.assemble", "kit.container.command")
@@ -232,10 +217,9 @@ def warm_imports() -> None:
 
 
 def run_session(cfg: RunConfig, out: Path, command: list[str],
-                worker: str = WORKER, ends_process: bool = False) -> SessionResult:
+                ends_process: bool = False) -> SessionResult:
     """Launch ``cfg``, sample telemetry, and publish its bundle under ``out``.
 
-    ``worker`` is the module each rank runs (``kit.fabric.worker`` for the fabric benchmark).
     ``ends_process``: SIGINT/SIGTERM stay ignored after publication (kit.launch.signals).
 
     Raises:
@@ -263,7 +247,7 @@ def run_session(cfg: RunConfig, out: Path, command: list[str],
             cfg, staging.chunks_dir, 0,
             lambda on_poll: launch_local(
                 cfg, staging.path, staging.logs_dir, interrupts,
-                on_started=started, on_poll=on_poll, worker=worker),
+                on_started=started, on_poll=on_poll),
             progress_watcher(cfg, staging.path), watchdog, marks)
         from kit.launch.assemble import RunEnd, assemble_bundle, run_end  # warm: see above
 

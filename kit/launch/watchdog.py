@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from kit.config.fabric import FabricSpec
 from kit.config.run import RunConfig
+from kit.config.run_kind import run_kind
 from kit.launch.rankfile import steps_log_path, write_json_atomic
 from kit.launch.signals import SignalCounter
 from kit.launch.stall_dumps import LOGS_DIR, STALL_RECORD, flight_recorder_path
@@ -119,9 +119,9 @@ class StallPolicy:
 
 
 def stall_policy(cfg: RunConfig) -> StallPolicy | None:
-    """The run's policy, or None when it has no watchdog (turned off, or the fabric benchmark,
-    whose ranks stream no steps)."""
-    if cfg.stall_timeout_s == 0 or isinstance(cfg.workload, FabricSpec):
+    """The run's policy, or None when it has no watchdog (turned off, or a run kind whose ranks
+    stream no steps: the fabric benchmark)."""
+    if cfg.stall_timeout_s == 0 or not run_kind(cfg).watched:
         return None
     slow = {0}
     if cfg.profile:

@@ -17,11 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.bundle.schema import Manifest
-
-
-def is_fabric(config: dict[str, Any]) -> bool:
-    """Whether a resolved config is a ``fabric`` benchmark's (collectives, no training)."""
-    return (config.get("workload") or {}).get("family") == "fabric"
+from kit.config.run_kind import run_kind
 
 
 def layout_parts(config: dict[str, Any]) -> list[str]:
@@ -32,7 +28,7 @@ def layout_parts(config: dict[str, Any]) -> list[str]:
     parallelism, names its ZeRO stage first and PP only when pipelined; FSDP2 (data parallel
     only) names neither. Other degrees appear when they are not 1.
     """
-    if is_fabric(config):  # a collective benchmark: no engine trains, no batch
+    if not run_kind(config).trains:  # a collective benchmark: no engine, no batch
         return ["collectives"]
     p, optim = config["parallel"], config.get("optim") or {}
     engine = config.get("engine", "megatron")
