@@ -1,9 +1,8 @@
 """Multi-node runs without Slurm: two node agents on this host, like torchrun on two nodes.
 
 Each test starts two real ``charllm-kit run --launcher torchrun`` processes (node 0 and node 1,
-2 gloo ranks each: gpt3-tiny TP2 x DP2) that meet at a rendezvous endpoint on localhost. On this
-CPU platform each agent forks its ranks from one process that imported for both
-(kit.launch.elastic_fork).
+2 gloo ranks each: gpt3-tiny TP2 x DP2) that meet at a rendezvous endpoint on localhost. Each
+agent starts its ranks as torchrun does (kit.launch.elastic).
 """
 
 import json
@@ -186,7 +185,7 @@ def test_a_rank_killed_on_node_1_fails_the_run_naming_node_rank_and_signal(tmp_p
     wait_for_rank_steps(tmp_path, 3, 2, [node0, node1])
     victim = rank_pid(node1.pid, 3)  # node 1's agent starts its ranks 2 and 3
     assert victim is not None, "rank 3 is not a child of node 1's agent"
-    assert "kit.launch.rank_fork" in psutil.Process(victim).cmdline(), "not forked"
+    assert "kit.launch.worker" in psutil.Process(victim).cmdline(), "not a rank"
     os.kill(victim, signal.SIGKILL)
     (rc0, out0, err0), (rc1, out1, _) = finish([node0, node1], timeout=200)
     assert rc0 == 1 and rc1 == 1, err0
@@ -267,7 +266,7 @@ def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path, cli):
-    """megatron-core's import raising in each node's zygote: every rank ends as the import did
+    """megatron-core's import raising in every rank: each ends as the import did
     (exit code 1, the traceback in each node's first rank's log), the run fails naming one of
     them, and no process of the run is left."""
     hook = tmp_path / "hook"

@@ -4,8 +4,8 @@
 #   source benchmarks/lib.sh; use_carried_wheels; bash benchmarks/parallel/cpu_tests_gpu_machine.sh probe
 #   ... cpu_tests_gpu_machine.sh files tests/test_a.py tests/test_b.py ...
 # probe: versions; whether torch's LocalElasticAgent._start_workers still calls start_processes
-#        through local_elastic_agent's module global (what kit.launch.elastic_fork stands in
-#        for); one two-node gpt3-tiny torchrun run by hand, every node log and record printed.
+#        through local_elastic_agent's module global (what kit.launch.elastic_fork stood in
+#        for until it was removed); one two-node gpt3-tiny torchrun run by hand, every node log and record printed.
 # files: each file on its own (pytest -rA, its own time limit), so a cut call still names what
 #        failed. Output: $OUT/cpu-tests-gpu-machine-<part>.txt.
 set -uo pipefail

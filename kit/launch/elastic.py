@@ -3,10 +3,13 @@
 The agent is torch.distributed.elastic's ``LocalElasticAgent``, as ``torchrun`` runs it, with
 the static rendezvous (``--node-rank`` fixes each node's place, so node K holds ranks
 K x per-node .. ) on node 0's endpoint, and no restarts: a failed rank ends the run, whose bundle
-says so. Each rank is the kit's worker (kit.launch.worker; kit.fabric.worker for the fabric
-benchmark) with its output in ``logs/rank<N>.log``; the agent sets RANK, LOCAL_RANK,
-GROUP_RANK, WORLD_SIZE and MASTER_ADDR. On a CPU platform a node's training ranks are forked
-from one process that imported for them, as a one-node run's are (kit.launch.elastic_fork).
+says so. Each rank is the run kind's worker (kit.config.run_kind: kit.launch.worker, or
+kit.fabric.worker for the fabric benchmark) with its output in ``logs/rank<N>.log``; the agent
+starts it as torchrun does and sets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE and MASTER_ADDR.
+The kit reads the ranks' pids through the agent's public ``get_worker_group`` and replaces
+nothing of torch's: a one-node CPU run forks its ranks from one zygote (kit.launch.rank_fork),
+a node agent's ranks each import for themselves (3.5 s of CPU a rank on a 2-core host), which
+costs only CPU-only multi-node tests their time.
 
 SIGINT and SIGTERM stay with the kit's signal counter (the agent handles only SIGHUP and
 SIGQUIT its own way): a watcher thread forwards the first as SIGTERM to the ranks, which stop
@@ -31,8 +34,6 @@ from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
 from kit.config.run import RunConfig
 from kit.config.run_kind import run_kind
-from kit.launch import rank_fork
-from kit.launch.elastic_fork import RankStarter
 from kit.launch.local import (
     FAILURE_GRACE_S,
     INTERRUPT_GRACE_S,
@@ -94,17 +95,31 @@ class _Watcher(threading.Thread):
     """
 
     def __init__(self, interrupts: SignalCounter, outcome: LaunchOutcome,
-                 on_poll: Callable[[], None] | None, starter: RankStarter) -> None:
+                 on_poll: Callable[[], None] | None, agent: LocalElasticAgent,
+                 on_started: Callable[[list[int]], None] | None) -> None:
         super().__init__(daemon=True, name="rank-watcher")
         self.done = threading.Event()
         self.ended: dict[int, float] = {}
-        self._starter = starter
+        self.pids: dict[int, int] = {}
+        """The node's ranks' pids by global rank, once the agent has started them."""
+        self._agent, self._on_started = agent, on_started
         self._interrupts, self._outcome, self._on_poll = interrupts, outcome, on_poll
+
+    def _note_pids(self) -> None:
+        """Learn the ranks' pids once the agent has started them (torch's public
+        ``get_worker_group``: a started worker's ``id`` is its process id), and say so once."""
+        if self.pids:
+            return
+        workers = self._agent.get_worker_group().workers
+        if workers and all(w.id is not None and w.global_rank >= 0 for w in workers):
+            self.pids = {w.global_rank: int(w.id) for w in workers}
+            if self._on_started is not None:
+                self._on_started([self.pids[r] for r in sorted(self.pids)])
 
     def _note_exits(self) -> None:
         """Stamp the ranks that ended since the last look."""
         now = time.time()
-        for rank, pid in self._starter.pids.items():
+        for rank, pid in self.pids.items():
             if rank not in self.ended and _has_exited(pid):
                 self.ended[rank] = now
 
@@ -112,6 +127,7 @@ class _Watcher(threading.Thread):
         seen, deadline, polled = 0, None, 0.0
         termed: set[int] = set()  # ranks sent SIGTERM (those started after the signal too)
         while not self.done.wait(WATCH_S):
+            self._note_pids()
             self._note_exits()
             if time.monotonic() - polled < 0.2:
                 continue
@@ -123,15 +139,16 @@ class _Watcher(threading.Thread):
                 else:
                     deadline = time.monotonic()
                 seen = self._interrupts.count
-            if seen and self._starter.pids.keys() - termed:
-                fresh = {r: p for r, p in self._starter.pids.items() if r not in termed}
+            if seen and self.pids.keys() - termed:
+                fresh = {r: p for r, p in self.pids.items() if r not in termed}
                 _signal_ranks(signal.SIGTERM, fresh)
                 termed |= fresh.keys()
             if deadline is not None and time.monotonic() > deadline:
-                self._outcome.killed += _signal_ranks(signal.SIGKILL, self._starter.pids)
+                self._outcome.killed += _signal_ranks(signal.SIGKILL, self.pids)
                 deadline = None
             if self._on_poll is not None:
                 self._on_poll()
+        self._note_pids()  # ranks that started and ended between two looks
         self._note_exits()  # ranks the agent reaped since the last look
 
 
@@ -188,10 +205,9 @@ def launch_elastic(
 ) -> LaunchOutcome:
     """Run this node's ranks of ``cfg`` under torch's elastic agent and wait for them.
 
-    ``interrupts`` must be active around the call; each rank runs its run kind's worker module, or
-    on a CPU platform is forked from one process that imported for the node's ranks
-    (kit.launch.elastic_fork). ``on_started`` gets the ranks' pids, in rank order, once they
-    are started.
+    ``interrupts`` must be active around the call; each rank runs its run kind's worker
+    module, started by the agent. ``on_started`` gets the ranks' pids, in rank order, once
+    they are started.
     Exit times of failed ranks are when the watcher saw them end (:func:`_failure_exits`), else
     the whole second torch's agent stamped; of ranks that succeeded, the end of the run.
 
@@ -216,14 +232,11 @@ def launch_elastic(
         logs_specs=DefaultLogsSpecs(log_dir=str(agent_dir)),
         start_method="spawn", exit_barrier_timeout=EXIT_BARRIER_S, **_shutdown_grace(),
     )
-    starter = RankStarter(rank_fork.usable(cfg.platform.is_cpu, worker), worker, staging,
-                          logs_dir, interrupts, on_started)
-    watcher = _Watcher(interrupts, outcome, on_poll, starter)
+    watcher = _Watcher(interrupts, outcome, on_poll, agent, on_started)
     watcher.start()
     outcome.started = True
     try:
-        with starter.installed():
-            result = agent.run()
+        result = agent.run()
     finally:
         watcher.done.set()
         watcher.join()

@@ -11,8 +11,9 @@ The zygote runs nothing but imports: a process that ran an OpenMP region cannot 
 that uses OpenMP again (the child hangs), and no thread of its own is running. It is used for
 CPU platforms only: a GPU rank's start is bounded by the device's set-up, not by the CPU, and
 it keeps the plain start that every engine documents. A one-node run's launcher forks all
-ranks (kit.launch.local); each node agent of a multi-node run forks its node's ranks under
-torch's elastic agent (kit.launch.elastic_fork).
+ranks (kit.launch.local). A multi-node run's ranks are started by torch's elastic agent as
+torchrun starts them (kit.launch.elastic): forking them there would mean standing in for the
+agent's private process-start interface.
 
 The ranks must be the launcher's children, which it reaps and signals as it does spawned
 ones. The launcher is a child subreaper (Linux ``prctl``) while the zygote runs: the zygote
