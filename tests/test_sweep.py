@@ -8,8 +8,8 @@ import pytest
 
 from kit.bundle.verify import verify_bundle
 from kit.errors import KitInputError
+from kit.sweep.file import load_sweep
 from kit.sweep.plan import plan_sweep
-from kit.sweep.spec import load_sweep
 
 from .conftest import REPO, why_failed
 

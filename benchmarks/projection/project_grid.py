@@ -29,8 +29,8 @@ from kit.errors import KitInputError
 from kit.projection.file import SUFFIX, ProjectionFile, write_projection
 from kit.projection.model import project
 from kit.projection.request import ProjectionTarget
+from kit.sweep.file import load_sweep
 from kit.sweep.plan import plan_sweep
-from kit.sweep.spec import load_sweep
 
 
 def bundles_by_platform(folders: list[Path]) -> dict[str, list[Path]]:

@@ -32,7 +32,7 @@ from kit.projection.request import ProjectionTarget
 from kit.study.command import study
 
 if TYPE_CHECKING:
-    from kit.sweep.spec import SweepSpec
+    from kit.sweep.file import SweepSpec
 
 ALLOW_UNVERIFIED = click.option(
     "--allow-unverified", is_flag=True,
@@ -291,7 +291,7 @@ def sweep(sweep_file: Path, dry_run: bool, resume: bool, out: Path, launcher: st
           partition: str | None, account: str | None, time_limit: str, runtime: str | None,
           image: str | None, as_json: bool) -> None:
     """Run every valid point of SWEEP_FILE (YAML), one bundle each; see docs/sweeps.md."""
-    from kit.sweep.spec import load_sweep
+    from kit.sweep.file import load_sweep
     from kit.sweep.tables import summary_table
 
     spec = load_sweep(sweep_file)

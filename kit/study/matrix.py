@@ -28,7 +28,7 @@ from kit.plan.detect import detect_platform, platform_present
 from kit.plan.resolve import RunRequest
 from kit.study.catalog import FINDING_IDS
 from kit.study.estimate import step_s
-from kit.sweep.spec import SweepSpec
+from kit.sweep.file import SweepSpec
 from kit.telemetry.devices import local_accelerator_names
 
 NODE_SIZES = (1, 2, 4, 8)

@@ -15,9 +15,9 @@ from kit.bundle.verify import verify_bundle
 from kit.errors import BundleError
 from kit.launch.sbatch import JobOptions, job_output, sbatch_script
 from kit.launch.submit import follow_job, job_state, submit_job
+from kit.sweep.file import SweepSpec
 from kit.sweep.index import INDEX_FILE, PointRecord, SweepIndex, summary_subset
 from kit.sweep.plan import PlannedPoint
-from kit.sweep.spec import SweepSpec
 from kit.sweep.tables import PlannedJob
 
 

@@ -21,7 +21,7 @@ from kit.errors import KitInputError
 from kit.plan import plan_run
 from kit.plan.memory import MemoryEstimate
 from kit.plan.resolve import RunRequest, run_request
-from kit.sweep.spec import SweepSpec
+from kit.sweep.file import SweepSpec
 
 # Short forms of field names in point ids; other fields use their own name.
 _ID_NAMES = {"micro_batch_size": "mb", "global_batch_size": "gbs", "telemetry_interval_ms": "tel"}

@@ -19,10 +19,10 @@ from kit.errors import BundleError, KitInputError
 from kit.launch.sbatch import JobOptions
 from kit.launch.session import run_session
 from kit.neutralize import terminal_safe
+from kit.sweep.file import SweepSpec
 from kit.sweep.index import INDEX_FILE, PointRecord, SweepIndex, summary_subset, write_index
 from kit.sweep.jobs import follow_point, running_jobs, slurm_sweep, submit_point
 from kit.sweep.plan import PlannedPoint, plan_sweep
-from kit.sweep.spec import SweepSpec
 
 REQUEST_FILE = "request.json"
 SPEC_COPY = "sweep.yaml"
