@@ -3,9 +3,9 @@
 # (the kit then detects the cpu platform; ranks run over gloo). One 10-minute device call:
 #   source benchmarks/lib.sh; use_carried_wheels; bash benchmarks/parallel/cpu_tests_gpu_machine.sh probe
 #   ... cpu_tests_gpu_machine.sh files tests/test_a.py tests/test_b.py ...
-# probe: versions; whether torch's LocalElasticAgent._start_workers still calls start_processes
-#        through local_elastic_agent's module global (what kit.launch.elastic_fork stood in
-#        for until it was removed); one two-node gpt3-tiny torchrun run by hand, every node log and record printed.
+# probe: versions; torch's public agent interface the node agents read the ranks' pids through
+#        (get_worker_group, a worker's id and global_rank: kit.launch.elastic); one two-node
+#        gpt3-tiny torchrun run by hand, every node log and record printed.
 # files: each file on its own (pytest -rA, its own time limit), so a cut call still names what
 #        failed. Output: $OUT/cpu-tests-gpu-machine-<part>.txt.
 set -uo pipefail
@@ -21,12 +21,11 @@ export CUDA_VISIBLE_DEVICES=
   case "$PART" in
     probe)
       python3 - <<'PY'
-import inspect
-from torch.distributed.elastic.agent.server import local_elastic_agent as lea
-src = inspect.getsource(lea.LocalElasticAgent._start_workers)
-print("_start_workers calls start_processes(:", "start_processes(" in src)
-print("start_processes is the module global of local_elastic_agent:",
-      lea.start_processes.__module__)
+from torch.distributed.elastic.agent.server.api import Worker
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+print("LocalElasticAgent.get_worker_group:", hasattr(LocalElasticAgent, "get_worker_group"))
+w = Worker(local_rank=0)
+print("a Worker before it starts: id", w.id, "global_rank", w.global_rank)
 PY
       tmp=$(mktemp -d); port=$((20000 + RANDOM % 20000))
       for n in 0 1; do
