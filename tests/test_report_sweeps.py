@@ -1,26 +1,145 @@
-"""What the report says across configurations, on real CPU runs: what a sweep varies on purpose
-is said as its axes, not flagged (kit.analysis.comparability).
+"""What the report says across configurations, on real CPU runs of several layouts: a line of
+the sweep figure joins only runs alike in all but the swept parameter (kit.analysis.sweep_series),
+and what a sweep varies on purpose is said as its axes, not flagged (kit.analysis.comparability).
 """
 # ruff: noqa: D103  (test names say what they check)
 
 import html
+import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from kit.analysis.compare import Comparison, compare_bundles
+from kit.analysis.plots_study import sweep_lines
+from kit.analysis.sweep_series import execution_mode, find_sweep, world_size
+from kit.bundle.writer import write_sums
 from kit.study.run import conclude
 
-from .conftest import kit_cli, why_failed
+from .conftest import bundle_path, kit_cli, why_failed
 
 pytestmark = pytest.mark.training
 
+SHORT = ("--steps", "2", "--warmup", "1", "--telemetry-interval-ms", "0")
 SWEEP = """name: batches
 base: {workload: gpt3-tiny, platform: cpu, steps: 2, warmup: 1, telemetry_interval_ms: 0}
 axes:
   - zip: {micro_batch_size: [1, 2], global_batch_size: [4, 8]}
 """
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, gpt3_tiny_reference, cpu_bundle, tp2_dp2_bundle) -> dict[str, Path]:
+    """gpt3-tiny on cpu at micro-batch 2 and global batch 8: ``tp1`` (1 rank), ``tp2`` (2
+    ranks) and ``tp2dp2`` (4 ranks), the session's; made here, ``dp2`` (2 ranks) and ``mb1``,
+    ``mb4`` (1 rank, micro-batch 1 and 4)."""
+    out = tmp_path_factory.mktemp("sweep-runs")
+    made = {}
+    for name, args in {"dp2": ("--dp", "2"), "mb1": ("--micro-batch", "1"),
+                       "mb4": ("--micro-batch", "4")}.items():
+        r = kit_cli("run", "gpt3-tiny", *args, *SHORT, "--out", str(out / name))
+        assert r.returncode == 0, why_failed(r)
+        made[name] = bundle_path(r.stdout)
+    return {"tp1": gpt3_tiny_reference, "tp2": cpu_bundle, "tp2dp2": tp2_dp2_bundle, **made}
+
+
+def _compare(runs: dict[str, Path], *names: str) -> Comparison:
+    return compare_bundles([str(runs[n]) for n in names])
+
+
+def _drawn(fig) -> list[tuple[str, list[float], bool]]:
+    """The throughput panel's lines: (legend name, x values, joined by a line)."""
+    return [(line.get_label(), [float(x) for x in line.get_xdata()],
+             line.get_linestyle() not in ("None", "none", ""))
+            for line in fig.axes[0].get_lines()]
+
+
+def _alike_but_the_parameter(c: Comparison) -> None:
+    """Every line of the comparison's sweep joins runs of one world size (DP's: of one world
+    size per DP), one execution mode, precision, engine and batch, the other degrees equal."""
+    sweep = find_sweep(c)
+    for line in sweep.lines:
+        groups = [g for _, g in line.points]
+        if sweep.parameter == "dp":
+            worlds = {world_size(g) // g.first.config["parallel"]["dp"] for g in groups}
+        else:
+            worlds = {world_size(g) for g in groups}
+        assert len(worlds) == 1, (line.name, worlds)
+        assert len({execution_mode(g) for g in groups}) == 1
+        moves = {sweep.parameter} | ({"dp"} if sweep.parameter in ("tp", "pp", "cp") else set())
+        held = {json.dumps([g.first.config["dtype"], g.first.config["engine"],
+                            g.first.config["global_batch_size"],
+                            g.first.config["micro_batch_size"]
+                            if sweep.parameter != "micro_batch_size" else None,
+                            {k: v for k, v in g.first.config["parallel"].items()
+                             if k not in moves}]) for g in groups}
+        assert len(held) == 1, (line.name, held)
+
+
+def test_a_tp_line_holds_the_world_size_and_a_lone_run_is_a_point(runs):
+    c = _compare(runs, "tp1", "dp2", "tp2")
+    _alike_but_the_parameter(c)
+    fig = sweep_lines(c)
+    assert fig.get_suptitle().startswith(
+        "Against TP degree at a fixed world size (DP moves with it): a line joins")
+    # TP1 x DP2 and TP2 x DP1 on 2 ranks are a line; TP1 on 1 rank matches neither: a point
+    assert _drawn(fig) == [("2 ranks", [1.0, 2.0], True), ("1 rank", [1.0], False)]
+    [line, point] = fig.axes[0].get_lines()
+    tokens = {n: json.loads((runs[n] / "metrics.json").read_text())["summary"]["tokens_per_s"]
+              for n in ("tp1", "dp2", "tp2")}
+    assert list(line.get_ydata()) == pytest.approx([tokens["dp2"], tokens["tp2"]])
+    assert list(point.get_ydata()) == pytest.approx([tokens["tp1"]])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["2 ranks", "1 rank"]
+    assert "all held alike: gpt3-tiny cpu fp32 eager megatron pp1 mb2 gb8" in " ".join(
+        fig.get_suptitle().split("\n"))
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes if ax.get_visible())
+
+
+def test_runs_of_different_world_sizes_are_never_one_tp_line(runs):
+    # issue 58: TP1 x DP1 (1 rank) and TP2 x DP2 (4 ranks) were one line "pp1 mb2 gb8"
+    assert find_sweep(_compare(runs, "tp1", "tp2dp2")) is None
+    assert sweep_lines(_compare(runs, "tp1", "tp2dp2")) is None
+    # with TP2 x DP1 beside them, DP is what varies alone: TP2 from 2 to 4 ranks is a line
+    # (the world size grows with DP, the title says), TP1 a point
+    c = _compare(runs, "tp1", "tp2", "tp2dp2")
+    _alike_but_the_parameter(c)
+    fig = sweep_lines(c)
+    assert fig.get_suptitle().startswith("Against DP degree (the world size grows with it)")
+    assert _drawn(fig) == [("tp2", [1.0, 2.0], True), ("tp1", [1.0], False)]
+    c = _compare(runs, "tp1", "dp2", "tp2", "tp2dp2")
+    _alike_but_the_parameter(c)
+    assert [(e.name, len(e.points)) for e in find_sweep(c).entries] == [("tp1", 2), ("tp2", 2)]
+
+
+def _graphed_copy(source: Path, out: Path, old_notes: bool) -> Path:
+    """``source`` as if its step had been replayed from a CUDA graph: its ``execution`` says
+    so, or (a bundle written before the field) its speed-features note lists cuda_graph."""
+    dest = shutil.copytree(source, out / f"{source.name}-graphed")
+    metrics = json.loads((dest / "metrics.json").read_text())
+    if old_notes:
+        metrics["execution"] = {}
+        metrics["notes"] = [n for n in metrics["notes"] if not n.startswith("speed features:")]
+        metrics["notes"].append("speed features: cuda_graph, fusions")
+    else:
+        metrics["execution"] = {"mode": "graphed", "eager_because": []}
+    (dest / "metrics.json").write_text(json.dumps(metrics))
+    write_sums(dest)
+    return dest
+
+
+@pytest.mark.parametrize("old_notes", [False, True], ids=["execution", "notes"])
+def test_a_graphed_run_is_not_on_the_eager_runs_line(runs, tmp_path, old_notes):
+    graphed = _graphed_copy(runs["mb1"], tmp_path, old_notes)
+    c = compare_bundles([str(graphed), str(runs["tp1"]), str(runs["mb4"])])
+    _alike_but_the_parameter(c)
+    fig = sweep_lines(c)
+    assert fig.get_suptitle().startswith("Against micro-batch size: a line joins")
+    assert _drawn(fig) == [("eager", [2.0, 4.0], True), ("graphed", [1.0], False)]
+    eager = compare_bundles([str(runs["mb1"]), str(runs["tp1"]), str(runs["mb4"])])
+    assert _drawn(sweep_lines(eager)) == [
+        ("gpt3-tiny cpu 1 rank fp32 eager megatron tp1 pp1 dp1 gb8", [1.0, 2.0, 4.0], True)]
 
 
 @pytest.fixture(scope="module")

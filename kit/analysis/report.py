@@ -499,11 +499,15 @@ def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureJob]:
     items += [
         FigureJob("sweep", "Against the swept parameter",
                   "Throughput, MFU, mean and peak power, energy per token, excursion time and "
-                  "exposed communication against the parameter the configurations sweep, one "
-                  f"line per layout (the configuration's median over repeats).{shared}",
+                  "exposed communication against the parameter the configurations sweep (the "
+                  "configuration's median over repeats), each from zero: a line joins "
+                  "configurations that differ in nothing else (world size, other degrees, "
+                  "batch, precision, engine, execution mode), a point is one that no other "
+                  f"matches.{shared}",
                   lambda: plots_study.sweep_lines(c),
-                  "the configurations do not sweep one parameter (micro-batch size or a "
-                  "parallel degree) with the rest of their layout fixed"),
+                  "no two configurations differ in one parameter only (micro-batch size or a "
+                  "parallel degree; world size, batch, precision, engine and execution mode "
+                  "alike)"),
         FigureJob("link-traffic", "Link traffic over time",
                   "NVLink/xGMI and PCIe bytes per second of all GPUs over time, one line per "
                   f"layout (its first run), from the first measured step.{shared}",
