@@ -1,6 +1,7 @@
 """What the report says across configurations, on real CPU runs of several layouts: a line of
 the sweep figure joins only runs alike in all but the swept parameter (kit.analysis.sweep_series),
-and what a sweep varies on purpose is said as its axes, not flagged (kit.analysis.comparability).
+a study finding's figure stands only under a verdict it is evidence for (plots_findings), and
+what a sweep varies on purpose is said as its axes, not flagged (kit.analysis.comparability).
 """
 # ruff: noqa: D103  (test names say what they check)
 
@@ -8,17 +9,21 @@ import html
 import json
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from kit.analysis.compare import Comparison, compare_bundles
+from kit.analysis.plots_findings import finding_figure
 from kit.analysis.plots_study import sweep_lines
 from kit.analysis.sweep_series import execution_mode, find_sweep, world_size
 from kit.bundle.writer import write_sums
+from kit.study.facts import read_facts
 from kit.study.run import conclude
+from kit.study.verdicts import Plot, all_findings, microbatch_bursts
 
-from .conftest import bundle_path, kit_cli, why_failed
+from .conftest import REPO, bundle_path, kit_cli, why_failed
 
 pytestmark = pytest.mark.training
 
@@ -140,6 +145,41 @@ def test_a_graphed_run_is_not_on_the_eager_runs_line(runs, tmp_path, old_notes):
     eager = compare_bundles([str(runs["mb1"]), str(runs["tp1"]), str(runs["mb4"])])
     assert _drawn(sweep_lines(eager)) == [
         ("gpt3-tiny cpu 1 rank fp32 eager megatron tp1 pp1 dp1 gb8", [1.0, 2.0, 4.0], True)]
+
+
+def test_a_finding_figure_stands_only_under_evidence_and_from_zero(runs):
+    # issue 58: the CPU micro-batch sweep has no power: "not measurable here", and no figure
+    result = microbatch_bursts([read_facts(runs[n]) for n in ("mb1", "tp1", "mb4")])
+    assert result.verdict == "not measurable here" and result.plot is not None
+    assert finding_figure(result.plot, result.finding.title, result.verdict) is None
+    assert finding_figure(result.plot, result.finding.title, "confounded") is None
+    # drawn as evidence, its throughput axis starts at zero
+    ax = finding_figure(result.plot, result.finding.title, "agrees").axes[0]
+    assert ax.get_ylim()[0] == 0 and ax.get_ylabel() == "tokens/s"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["tp1-pp1-dp1"]
+    # the recorded Mixtral pair's recompute verdict: bars of change from a zero line
+    recorded = sorted(REPO.glob("tests/data/bundles/parallel/2*"))
+    [recompute] = [r for r in all_findings([read_facts(p) for p in recorded])
+                   if r.finding.id == "recompute-power"]
+    ax = finding_figure(recompute.plot, recompute.finding.title, recompute.verdict).axes[0]
+    low, high = ax.get_ylim()
+    assert low < 0 < high  # mean power fell: the axis holds zero and the fall
+    assert ax.get_title() == f"{recompute.finding.title}\nthis node: {recompute.verdict}"
+
+
+def test_a_finding_figure_gives_sample_counts_and_another_origin_when_the_plot_has_them():
+    @dataclass(frozen=True)
+    class Counted(Plot):  # the fields a finding's plot may carry
+        samples: dict[str, int] = field(default_factory=dict)
+        y_origin: float | None = 0.0
+
+    plot = Counted("line", "micro-batch size", "worst-GPU peak-to-mean power",
+                   {"global batch 16": [(1, 1.27), (8, 1.9)], "no values": []},
+                   samples={"global batch 16": 12}, y_origin=1.0)
+    ax = finding_figure(plot, "bursts", "agrees").axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["global batch 16 (n=12)"]
+    assert ax.get_ylim()[0] == 1.0
+    assert ax.get_ylabel() == "worst-GPU peak-to-mean power (axis from 1)"
 
 
 @pytest.fixture(scope="module")
