@@ -281,7 +281,7 @@ def test_html_report_is_self_contained_and_has_every_figure(cli, runs, profiled,
     # platforms and workloads differ: no sweep to draw, said in the one line of left-outs
     left_out = re.search(r'<p class="sub" id="not-drawn">([^<]*)</p>', text).group(1)
     assert left_out.startswith("Nothing to draw, so left out: Against the swept parameter: ")
-    assert "do not sweep one parameter" in left_out
+    assert "no two configurations differ in one parameter only" in left_out
     # a CPU run without RAPL: the recorded reason, not a guess
     assert re.search(r"no samples of power_w: [^;]+; temp_gpu_c: [^;]+; cpu_power_w: host: ",
                      panels["power-timeline-3"])

@@ -25,9 +25,13 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
   (a match, said so that two sites can see they ran one software stack) or not.
 * ``projected``: a projection (``charllm-kit project``) among them: a model's figures, with
   the bundles it was projected from.
+* ``swept``: the axes a sweep or study varies on purpose (``swept``), with their values. A
+  difference there is what the runs set out to measure, not a flaw of the comparison, so the
+  check it would raise (``batch``, ``precision``, ``engine``, ``platform``, ``workload``,
+  ``sequence``) is left out and this one line says instead that the axis is swept.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +90,7 @@ def _architecture(bundle: Bundle) -> dict[str, Any]:
 
 
 def _workload_checks(bundles: list[Bundle]) -> list[Check]:
-    """Different architectures (naming the fields) or names; every scaled variant's rule."""
+    """Different architectures (naming the fields) or names."""
     checks = []
     arch = {b.manifest.workload["name"]: _architecture(b) for b in bundles}
     fields = sorted({k for a in arch.values() for k in a
@@ -100,6 +104,12 @@ def _workload_checks(bundles: list[Bundle]) -> list[Check]:
     elif len(arch) > 1:
         checks.append(Check("workload", "different workload names of one architecture: "
                                         + ", ".join(arch)))
+    return checks
+
+
+def _scaled_checks(bundles: list[Bundle]) -> list[Check]:
+    """Every scaled variant's platform rule, once per workload."""
+    checks = []
     seen = set()
     for b in bundles:
         scaling, name = b.manifest.workload.get("scaling"), b.manifest.workload["name"]
@@ -255,10 +265,48 @@ def _software_checks(bundles: list[Bundle]) -> list[Check]:
                              _software)
 
 
-def comparability_checks(bundles: list[Bundle]) -> list[Check]:
-    """Everything that makes ``bundles`` not like for like (module docstring), in that order."""
+def axis_value(bundle: Bundle, axis: str) -> Any:
+    """The value a run had on a sweep axis (a ``charllm-kit run`` field: ``tp``,
+    ``micro_batch_size``, ``recompute``, ``workload``...), from its resolved config; None when
+    the config does not hold it."""
+    m = bundle.manifest
+    if axis in ("workload", "platform"):
+        return (m.workload if axis == "workload" else m.platform).get("name")
+    for part in (m.config.get("parallel") or {}, m.config.get("optim") or {}, m.config):
+        if axis in part:
+            return part[axis]
+    return None
+
+
+def _swept_check(bundles: list[Bundle], swept: Collection[str]) -> list[Check]:
+    """One line naming the swept axes the bundles differ on, with their values."""
+    parts = []
+    for axis in swept:
+        values = list(dict.fromkeys(str(v) for b in bundles
+                                    if (v := axis_value(b, axis)) is not None))
+        if len(values) > 1:
+            parts.append(f"{axis} {', '.join(values)}")
+    if not parts:
+        return []
+    return [Check("swept", "the swept axes, varied on purpose (so not flagged as differences): "
+                           + "; ".join(parts))]
+
+
+def comparability_checks(bundles: list[Bundle], swept: Collection[str] = ()) -> list[Check]:
+    """Everything that makes ``bundles`` not like for like (module docstring), in that order.
+
+    Args:
+        bundles: The compared bundles.
+        swept: Axes varied on purpose (``charllm-kit run`` field names, as a sweep file's axes
+            name them: ``micro_batch_size``, ``global_batch_size``, ``dtype``, ``engine``,
+            ``platform``, ``workload``, ``tp``...): their differences are said as swept axes
+            in one ``swept`` line instead of being flagged.
+    """
     def config(key: str) -> Callable[[Bundle], Any]:
         return lambda b: b.manifest.config.get(key)
+
+    def unless_swept(axis: str, checks: list[Check]) -> list[Check]:
+        return [] if axis in swept else checks
 
     def platform(b: Bundle) -> str:
         p = b.manifest.platform
@@ -271,19 +319,23 @@ def comparability_checks(bundles: list[Bundle]) -> list[Check]:
     return [
         *_projected_checks(bundles),
         *_unverified_checks(bundles),
-        *_workload_checks(trained),
-        *_differs("platform", "platforms, MFU is against each one's own peak", bundles,
-                  platform),
+        *unless_swept("workload", _workload_checks(trained)),
+        *_scaled_checks(trained),
+        *unless_swept("platform", _differs(
+            "platform", "platforms, MFU is against each one's own peak", bundles, platform)),
         *[c for name, same in _by_value(bundles, lambda b: b.manifest.platform["name"]).items()
           for c in _differs("platform", f"devices under platform {name}", same, _devices)],
-        *_differs("engine", "engines", trained,
-                  lambda b: b.manifest.config.get("engine", "megatron")),
+        *unless_swept("engine", _differs("engine", "engines", trained,
+                                         lambda b: b.manifest.config.get("engine", "megatron"))),
         *_software_checks(bundles),
-        *_differs("precision", "precision", bundles, config("dtype")),
-        *_differs("batch", "global batch", trained, config("global_batch_size")),
-        *_differs("batch", "micro-batch", trained, config("micro_batch_size")),
-        *_differs("sequence", "sequence length", bundles,
-                  lambda b: b.manifest.workload.get("seq_length")),
+        *unless_swept("dtype", _differs("precision", "precision", bundles, config("dtype"))),
+        *unless_swept("global_batch_size", _differs("batch", "global batch", trained,
+                                                    config("global_batch_size"))),
+        *unless_swept("micro_batch_size", _differs("batch", "micro-batch", trained,
+                                                   config("micro_batch_size"))),
+        *unless_swept("workload", _differs("sequence", "sequence length", bundles,
+                                           lambda b: b.manifest.workload.get("seq_length"))),
+        *_swept_check(trained, swept),
         *_differs("telemetry", "energy sources", bundles, energy_source),
         *_differs("telemetry", "power sources", bundles, power_source),
         *_differs("schema", "bundle schema versions", bundles,

@@ -23,6 +23,7 @@ peak-to-mean ratio. A baseline that did not end ok is refused: its figures cover
 import hashlib
 import json
 import statistics
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -344,7 +345,8 @@ def _baseline_checks(groups: list[Group], index: int | None) -> list[Check]:
 
 
 def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
-                    allow_unverified: bool = False, markdown: bool = False) -> Comparison:
+                    allow_unverified: bool = False, markdown: bool = False,
+                    swept: Collection[str] | None = None) -> Comparison:
     """Verify, read, group and aggregate bundles, and check what makes them hard to compare.
 
     Args:
@@ -356,6 +358,9 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
             by an ``unverified`` check) instead of refusing them.
         markdown: The comparison goes into Markdown: the bundles' strings have their Markdown
             marks escaped (:func:`shown_bundle`).
+        swept: The axes the bundles vary on purpose (a study's factors), said as such instead
+            of flagged (:func:`~kit.analysis.comparability.comparability_checks`); None: those
+            of their sweep when all of them came from one sweep folder, else none.
 
     Raises:
         KitInputError: No bundles, a bundle given twice, an unknown or failed baseline, a
@@ -385,5 +390,6 @@ def compare_bundles(paths: list[str | Path], baseline: str | Path | None = None,
     index = (next(i for i, g in enumerate(groups) if any(b is base for b in g.bundles))
              if base is not None else None)
     checks = ([Check("sweep", note) for note in inputs.notes] + duplicates
-              + comparability_checks(bundles) + _baseline_checks(groups, index))
+              + comparability_checks(bundles, inputs.swept if swept is None else swept)
+              + _baseline_checks(groups, index))
     return Comparison(groups, index, checks, bundles, shared)

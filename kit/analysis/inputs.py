@@ -6,13 +6,15 @@ bundle inside), so ``compare results/*`` names both. A sweep folder stands for t
 index records, in the index's order; a point without a bundle (skipped, pending, or an error
 before the run) is left out and said in a note. A folder of bundles (``compare results``, the
 ``--out`` of runs) stands for the bundles and sweep folders directly in it, in name order.
+When every bundle came from one sweep folder, the axes that sweep varies are its swept axes
+(:attr:`Inputs.swept`): the comparability checks say them instead of flagging them.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.errors import KitInputError
-from kit.sweep.folder import read_sweep_folder
+from kit.sweep.folder import SweepFolder, read_sweep_folder
 
 
 @dataclass
@@ -21,6 +23,16 @@ class Inputs:
 
     bundles: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sweeps: list[SweepFolder] = field(default_factory=list)
+    """The sweep folders that stood for some of ``bundles``."""
+
+    @property
+    def swept(self) -> tuple[str, ...]:
+        """The axes the bundles vary on purpose: those of their sweep when all of them came
+        from one sweep folder, else none (bundles from elsewhere may differ in anything)."""
+        if len(self.sweeps) != 1 or len(self.bundles) != len(self.sweeps[0].bundles):
+            return ()
+        return self.sweeps[0].varied()
 
 
 def expand_inputs(paths: list[str | Path]) -> Inputs:
@@ -46,6 +58,7 @@ def expand_inputs(paths: list[str | Path]) -> Inputs:
                                     f"manifest.json in it or in a folder directly under it)")
             inner = expand_inputs(held)
             out.bundles += inner.bundles
+            out.sweeps += inner.sweeps
             out.notes += [f"folder {p}: its {len(held)} bundles and sweep folders used "
                           f"(as {Path(p) / '*'})", *inner.notes]
             continue
@@ -53,6 +66,7 @@ def expand_inputs(paths: list[str | Path]) -> Inputs:
             raise KitInputError(f"{sweep.describe()}: none of its points has a bundle yet; "
                                 f"run it (charllm-kit sweep ... --resume) first")
         out.bundles += sweep.bundles
+        out.sweeps.append(sweep)
         missing = sweep.without_bundle()
         if missing:
             used = len(sweep.bundles)

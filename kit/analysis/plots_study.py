@@ -3,7 +3,8 @@ over time compared across layouts.
 
 * :func:`sweep_lines`: throughput, MFU, mean and peak power, energy per token, excursion time
   and exposed communication against the parameter the configurations sweep (micro-batch size,
-  or a parallel degree), one line per layout, when they sweep one (:func:`find_sweep`).
+  or a parallel degree), when they sweep one: a line joins configurations alike in all else,
+  and one that matches no other is a point (:mod:`kit.analysis.sweep_series`).
 * :func:`link_timelines`: NVLink/xGMI and PCIe bytes per second over time, all GPUs of a run
   together, one line per layout (the counters do not tell tensor, pipeline and data traffic
   apart; the exposed-communication figure splits the profiled time by collective).
@@ -17,68 +18,23 @@ so layouts line up at the start of their measured phase. Each layout is drawn fr
 configuration's first run; a run that did not end ok is drawn dashed.
 """
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from kit.analysis.compare import Comparison, Group, figure_order
-from kit.analysis.plots_common import colors, legend_outside
+from kit.analysis.plots_common import TITLE_PT, colors, legend_outside, wrapped
 from kit.analysis.plots_cross import comm_shares
 from kit.analysis.plots_run import held, throttle_steps
 from kit.analysis.run_view import DeviceSeries, RunView, series
+from kit.analysis.sweep_series import find_sweep, parameter_name, what_moves
 from kit.bundle.telemetry_fields import THROTTLE_BITS
-from kit.metrics.labels import chassis_assumed, layout_parts
+from kit.metrics.labels import chassis_assumed
 
-SWEPT = ("micro_batch_size", "tp", "pp", "dp", "cp", "ep")
-"""Parameters a sweep may vary, in the order a tie is broken (micro-batch first)."""
-_DEGREES = ("tp", "pp", "cp", "ep")
-"""Degrees whose change at a fixed world size moves DP with it."""
 _LEGEND_MAX = 24
 """Layouts named in a legend; beyond that the colours stand alone."""
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A parameter the configurations vary, and the layouts that vary only in it."""
-
-    parameter: str
-    lines: dict[str, list[tuple[float, Group]]]
-    """Per line name (workload and layout without the parameter), (value, group) by value."""
-
-
-def _value(g: Group, parameter: str) -> int:
-    config = g.first.config
-    return int(config["micro_batch_size"] if parameter == "micro_batch_size"
-               else config["parallel"].get(parameter, 1))
-
-
-def _line_name(g: Group, parameter: str) -> str:
-    """The workload and layout without the swept parameter (and DP, which a degree moves)."""
-    token = "mb" if parameter == "micro_batch_size" else parameter
-    drop = {token} | ({"dp"} if parameter in _DEGREES else set())
-    parts = [t for t in layout_parts(g.first.config)
-             if t.rstrip("0123456789") not in drop]
-    return " ".join([g.first.workload["name"], g.first.platform["name"], *parts])
-
-
-def find_sweep(c: Comparison) -> Sweep | None:
-    """The parameter that most configurations sweep with the rest of their layout fixed (at
-    least one layout with two values); None when no configuration pair differs in one only."""
-    ok = [g for g in c.groups if g.status == "ok" and not g.projected
-          and g.first.workload.get("family") != "fabric"]
-    best: Sweep | None = None
-    for parameter in SWEPT:
-        lines: dict[str, dict[int, Group]] = {}
-        for g in ok:
-            lines.setdefault(_line_name(g, parameter), {}).setdefault(_value(g, parameter), g)
-        swept = {name: sorted(((float(v), g) for v, g in points.items()), key=lambda p: p[0])
-                 for name, points in lines.items() if len(points) > 1}
-        points = sum(len(p) for p in swept.values())
-        if swept and (best is None or points > sum(len(p) for p in best.lines.values())):
-            best = Sweep(parameter, swept)
-    return best
 
 
 _PANELS: tuple[tuple[str, str], ...] = (
@@ -104,27 +60,35 @@ def _panel_value(g: Group, key: str) -> float | None:
     return value * 100 if key == "mfu" and value is not None else value
 
 
+_LINE = {"marker": "o", "ms": 4, "lw": 1.2}
+_POINT = {"marker": "D", "ms": 5, "ls": "none"}
+"""How a line and a lone configuration are drawn: a point is never joined to anything."""
+
+
 def sweep_lines(c: Comparison) -> Figure | None:
-    """Every panel of :data:`_PANELS` against the swept parameter, one line per layout; None
-    when the configurations sweep nothing."""
+    """Every panel of :data:`_PANELS` against the swept parameter, from zero: a line joins
+    configurations that differ in it alone, a configuration no other matches is a point
+    (:mod:`kit.analysis.sweep_series`); None when the configurations sweep nothing."""
     sweep = find_sweep(c)
     if sweep is None:
         return None
     panels = [(k, label) for k, label in _PANELS
-              if any(_panel_value(g, k) is not None for pts in sweep.lines.values()
-                     for _, g in pts)]
+              if any(_panel_value(g, k) is not None for e in sweep.entries for _, g in e.points)]
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig = Figure(figsize=(3.3 * cols + 2.8, 0.9 + 2.6 * rows), layout="constrained")
+    fig = Figure(figsize=(3.3 * cols + 2.8, 1.1 + 2.6 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    palette = colors(len(sweep.lines))
-    values = sorted({v for pts in sweep.lines.values() for v, _ in pts})
+    palette = colors(len(sweep.entries))
+    values = sorted({v for e in sweep.entries for v, _ in e.points})
     for ax, (key, label) in zip(axes, panels, strict=False):
-        for (name, points), color in zip(sweep.lines.items(), palette, strict=True):
-            xy = [(v, y) for v, g in points if (y := _panel_value(g, key)) is not None]
+        top = 0.0
+        for entry, color in zip(sweep.entries, palette, strict=True):
+            xy = [(v, y) for v, g in entry.points if (y := _panel_value(g, key)) is not None]
             if xy:
-                ax.plot(*zip(*xy, strict=True), marker="o", ms=4, lw=1.2, color=color,
-                        label=name)
+                ax.plot(*zip(*xy, strict=True), color=color, label=entry.name,
+                        **(_LINE if entry.is_line else _POINT))
+                top = max([top, *(y for _, y in xy)])
+        ax.set_ylim(0, top * 1.08 or 1.0)  # every quantity is >= 0: from 0, nothing inflated
         ax.set_title(label, fontsize=8.5)
         if min(values) > 0:
             ax.set_xscale("log", base=2)
@@ -134,16 +98,19 @@ def sweep_lines(c: Comparison) -> Figure | None:
         ax.grid(alpha=0.3, lw=0.5)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    name = "micro-batch size" if sweep.parameter == "micro_batch_size" else (
-        f"{sweep.parameter.upper()} degree")
+    name = parameter_name(sweep.parameter)
     for ax in axes[:len(panels)][-cols:]:
         ax.set_xlabel(name, fontsize=8)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if len(labels) <= _LEGEND_MAX:
-        fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False,
-                   title="layout", title_fontsize=7)  # upper: under the suptitle
-    fig.suptitle(f"Against {name}: one line per layout (its other parameters fixed)",
-                 fontsize=9.5)
+    if len(sweep.entries) <= _LEGEND_MAX:  # one entry each, whichever panels it has values in
+        handles = [Line2D([], [], color=color, **(_LINE if e.is_line else _POINT))
+                   for e, color in zip(sweep.entries, palette, strict=True)]
+        fig.legend(handles, [e.name for e in sweep.entries], loc="outside right center",
+                   fontsize=7, frameon=False, title="held fixed", title_fontsize=7)
+    title = [f"Against {name}{what_moves(sweep.parameter)}: a line joins configurations "
+             "that differ in nothing else"
+             + ("; a point: one that no other matches" if sweep.alone else "")]
+    title += [f"all held alike: {' '.join(sweep.shared)}"] if sweep.shared else []
+    fig.suptitle("\n".join(wrapped(title, fig.get_figwidth() - 0.4)), fontsize=TITLE_PT)
     return fig
 
 

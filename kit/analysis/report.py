@@ -31,7 +31,7 @@ its checks, and its own section says what failed.
 
 import base64
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -499,11 +499,15 @@ def _across(c: Comparison, views: dict[str, RunView]) -> list[FigureJob]:
     items += [
         FigureJob("sweep", "Against the swept parameter",
                   "Throughput, MFU, mean and peak power, energy per token, excursion time and "
-                  "exposed communication against the parameter the configurations sweep, one "
-                  f"line per layout (the configuration's median over repeats).{shared}",
+                  "exposed communication against the parameter the configurations sweep (the "
+                  "configuration's median over repeats), each from zero: a line joins "
+                  "configurations that differ in nothing else (world size, other degrees, "
+                  "batch, precision, engine, execution mode), a point is one that no other "
+                  f"matches.{shared}",
                   lambda: plots_study.sweep_lines(c),
-                  "the configurations do not sweep one parameter (micro-batch size or a "
-                  "parallel degree) with the rest of their layout fixed"),
+                  "no two configurations differ in one parameter only (micro-batch size or a "
+                  "parallel degree; world size, batch, precision, engine and execution mode "
+                  "alike)"),
         FigureJob("link-traffic", "Link traffic over time",
                   "NVLink/xGMI and PCIe bytes per second of all GPUs over time, one line per "
                   f"layout (its first run), from the first measured step.{shared}",
@@ -554,7 +558,8 @@ def _shared(first: int, chunk: tuple[int, int, list[FigureItem]] | None,
 def build_report(paths: list[str | Path], allow_unverified: bool = False,
                  baseline: str | Path | None = None,
                  lead: Sequence[LeadSection] = (), title: str = TITLE,
-                 opening: Opening | None = None, markdown: bool = False) -> Report:
+                 opening: Opening | None = None, markdown: bool = False,
+                 swept: Collection[str] | None = None) -> Report:
     """Verify and compare the bundles and draw every figure (once each, in parallel).
 
     Args:
@@ -565,11 +570,15 @@ def build_report(paths: list[str | Path], allow_unverified: bool = False,
         title: The report's heading.
         opening: What to say first, under the heading.
         markdown: The report will be Markdown: the bundles' Markdown marks are escaped.
+        swept: The axes varied on purpose (the study's factors), said in the checks as such
+            instead of flagged; None: those of one sweep folder the bundles came from
+            (:func:`kit.analysis.compare.compare_bundles`).
 
     Raises:
         KitInputError: As :func:`kit.analysis.compare.compare_bundles`.
     """
-    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified, markdown=markdown)
+    c = compare_bundles(paths, baseline, allow_unverified=allow_unverified, markdown=markdown,
+                        swept=swept)
     views = _views([b for b in c.bundles if projection_of(b) is None])
     scales = Scales.of(list(views.values()))
     first = {g.label: views[id(g.bundles[0])] for g in c.groups if id(g.bundles[0]) in views}
@@ -810,12 +819,13 @@ def render_markdown(report: Report, folder: str) -> str:
 def write_report(paths: list[str | Path], out: Path, markdown: bool = False,
                  allow_unverified: bool = False, baseline: str | Path | None = None,
                  single_file: bool = False, lead: Sequence[LeadSection] = (),
-                 title: str = TITLE, opening: Opening | None = None) -> list[Path]:
-    """Build the report on ``paths`` and write it to ``out``, its figures into
-    ``<stem>_figures/`` beside it (inlined instead with ``single_file``, HTML only); return the
-    files written, the report first."""
+                 title: str = TITLE, opening: Opening | None = None,
+                 swept: Collection[str] | None = None) -> list[Path]:
+    """Build the report on ``paths`` (:func:`build_report`) and write it to ``out``, its
+    figures into ``<stem>_figures/`` beside it (inlined instead with ``single_file``, HTML
+    only); return the files written, the report first."""
     return write_built(build_report(paths, allow_unverified, baseline, lead, title, opening,
-                                    markdown), out, markdown, single_file)
+                                    markdown, swept), out, markdown, single_file)
 
 
 def write_built(report: Report, out: Path, markdown: bool = False,

@@ -223,7 +223,8 @@ def conclude(folder: Path, bundles: list[Path], label: str,
     report: Path | None = folder / REPORT_FILE
     try:
         write_report([str(b) for b in bundles], report, lead=[lead], title=report_title(label),
-                     opening=study_opening(facts, results, label))
+                     opening=study_opening(facts, results, label),
+                     swept=sweep.varied() if (sweep := read_sweep_folder(folder)) else ())
     except KitInputError as e:
         say(f"report not written: {e}")
         report = None

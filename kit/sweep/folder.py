@@ -4,6 +4,7 @@
 (``results/*`` after a sweep names both); they read them through :func:`read_sweep_folder`.
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -28,6 +29,13 @@ class SweepFolder:
     def bundles(self) -> list[Path]:
         """The points' bundles, in the index's order."""
         return [self.path / p.bundle for p in self.index.points if p.bundle]
+
+    def varied(self) -> tuple[str, ...]:
+        """The run fields its points set to more than one value (the axes it sweeps), in
+        first-seen order; a field a point leaves out takes the base's value, one more value."""
+        fields = list(dict.fromkeys(k for p in self.index.points for k in p.values))
+        return tuple(f for f in fields if len({json.dumps(p.values.get(f), sort_keys=True)
+                                               for p in self.index.points}) > 1)
 
     def without_bundle(self) -> list[str]:
         """``<point> (<status>)`` for each point that has no bundle."""
