@@ -370,8 +370,9 @@ def build_matrix(node: Node, quick: bool, only: tuple[str, ...] = ()) -> StudyMa
     for finding_id in [f for f in wanted if f not in not_run]:
         execution[finding_id], wanted[finding_id] = _held_mode(base["workload"], base,
                                                                wanted[finding_id])
-    kept = {f: p for f, p in wanted.items() if f not in not_run and (not only or f in only)}
-    points = _merge(kept)
+    points = _merge({f: p for f, p in wanted.items() if f not in not_run})
+    if only:
+        points = [p for p in points if set(p.findings) & set(only)]
     if not node.is_cpu:
         points = [_timed(p, base, WINDOW_S[quick]) for p in points]
     if only and not points:
@@ -381,7 +382,8 @@ def build_matrix(node: Node, quick: bool, only: tuple[str, ...] = ()) -> StudyMa
     if not points:
         raise KitInputError(f"no finding of the study can run on {node.label}: "
                             f"{next(iter(dropped.values()))}")
-    wants_fabric = node.devices > 1 and (not only or "tp-pp-links" in only)
+    wants_fabric = (node.devices > 1 and "tp-pp-links" not in not_run
+                    and (not only or "tp-pp-links" in only))
     fabric = None
     if wants_fabric:
         fabric = {"platform": node.platform_ref, "nproc": node.devices,
@@ -389,6 +391,7 @@ def build_matrix(node: Node, quick: bool, only: tuple[str, ...] = ()) -> StudyMa
                   "sizes": "64K,1M" if node.is_cpu else "1M,16M,256M",
                   "iters": 10 if node.is_cpu else 20,
                   "telemetry_interval_ms": 0 if node.is_cpu else 20}
+    served = {f for p in points for f in p.findings}
     return StudyMatrix(node, quick, base["workload"], base, points, fabric,
-                       {f: m for f, m in execution.items() if not only or f in only},
+                       {f: m for f, m in execution.items() if f in served},
                        {f: why for f, why in not_run.items() if not only or f in only})
