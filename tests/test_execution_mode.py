@@ -39,6 +39,15 @@ def test_dry_run_names_the_step_execution_before_the_run(cli):
     assert piped.returncode == 0, piped.stderr
     assert json.loads(piped.stdout)["execution"] == {
         "mode": "eager", "eager_because": ["pipeline parallelism without graph_pipeline"]}
+    # --eager holds a layout that could be graphed in the eager step, its features unchanged
+    held = cli("run", "gpt3-1.3b", "--platform", "h100", "--eager", "--dry-run", "--json")
+    assert held.returncode == 0, held.stderr
+    doc = json.loads(held.stdout)
+    assert doc["execution"] == {"mode": "eager", "eager_because": ["--eager"]}
+    assert doc["eager"] is True and doc["speed"] is None
+    refused = cli("run", "gpt3-1.3b", "--platform", "h100", "--eager", "--engine", "deepspeed",
+                  "--dry-run")
+    assert refused.returncode == 2 and "--eager" in refused.stderr
 
 
 def test_static_batches_keep_their_addresses_across_steps():

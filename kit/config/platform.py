@@ -40,6 +40,24 @@ class DevicePosition(BaseModel):
                      description="Column in the chassis top view; 0 = left.")
 
 
+class StudyPace(BaseModel):
+    """How fast ``charllm-kit study`` ran on this kind of node: seeds its time estimate
+    (kit.study.estimate) until the node has bundles of its own study."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    startup_s: dict[Annotated[int, Field(gt=0, le=MAX_DEVICES_PER_NODE)],
+                    Annotated[float, Field(gt=0, le=3600)]] = Field(
+        min_length=1,
+        description="Seconds per study point beyond its steps at the median step time (the "
+        "launch, the first step's compilation and allocation, a CUDA graph's capture, writing "
+        "the bundle), by the devices the study used; the nearest count stands for another.")
+    mfu: float = Field(
+        gt=0, le=1, description="Model-FLOPs utilization of the study's steps (median over its "
+        "points), full recomputation's second forward pass counted as work.")
+    source: str = Field(description="Where the numbers were measured: files, date, kit commit.")
+
+
 class PlatformSpec(BaseModel):
     """One platform: a node type with its devices, peaks, links and telemetry sources."""
 
@@ -116,6 +134,9 @@ class PlatformSpec(BaseModel):
         default_factory=dict,
         description="Workloads that do not fit this platform, by name, and how to scale them.",
     )
+    study_pace: StudyPace | None = Field(
+        None, description="Measured start-up and MFU of `charllm-kit study` on this kind of "
+        "node, for its time estimate; null: the kit's defaults (docs/study.md).")
 
     @property
     def torch_backend(self) -> str:

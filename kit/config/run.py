@@ -114,6 +114,9 @@ class RunConfig(BaseModel):
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant).")
     speed: list[str] | None = Field(
         None, description="The engine's GPU speed features; null = the platform's default set.")
+    eager: bool = Field(
+        False, description="megatron: the step stays eager although its layout could be one "
+        "CUDA graph (kit.engines.megatron.features.graph_blockers).")
     phase_timers: bool = Field(True, description="megatron: per-phase step timers on.")
     stall_timeout_s: float | None = Field(
         None, ge=0, description="Seconds without any rank finishing a step before the stall "

@@ -132,6 +132,9 @@ class RunRequest(BaseModel):
         "cuda_graph, fused_adam, foreach_optim, compile, grouped_gemm, sync_free_permute, "
         "graph_pipeline; "
         "deepspeed and fsdp2: compile, cross_entropy.")
+    eager: bool = Field(
+        False, description="megatron: run every step eagerly, no CUDA graph, where the layout "
+        "could be graphed (to compare it with a layout that cannot be: docs/study.md).")
     phase_timers: bool = Field(
         True, description="megatron: time each step's forward, backward, pipeline p2p, grad "
         "sync and optimizer (off: measure the step without the timers' synchronizations).")
@@ -316,6 +319,7 @@ def resolve(req: RunRequest, require_present: bool = False) -> RunConfig:
         seed=req.seed,
         speed=None if req.speed is None else [f for f in req.speed.split(",")
                                               if f.strip() and f.strip() != "none"],
+        eager=req.eager,
         phase_timers=req.phase_timers,
         stall_timeout_s=req.stall_timeout_s,
     )

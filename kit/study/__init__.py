@@ -1,7 +1,10 @@
 """``charllm-kit study``: the reference study's findings, measured on this node.
 
-``catalog`` lists the study's findings, ``matrix`` sizes the runs each needs to the node,
-``estimate`` says how long they take, ``run`` runs them through kit.sweep and the fabric
-benchmark, ``facts`` reads what a finding needs of a bundle, ``verdicts`` judges each finding
-(pure functions over bundles), ``render`` writes the JSON, figures and the report's Findings.
+``catalog`` lists the study's findings, ``matrix`` sizes the runs each needs to the node
+(one model, one execution mode per finding), ``estimate`` says how long they take (at the pace
+the node's earlier studies or its platform file measured), ``run`` runs them through kit.sweep
+and the fabric benchmark, ``warmup`` checks that no measured step carried a point's start
+(``run`` reruns those that did), ``facts`` reads what a finding needs of a bundle,
+``verdicts`` judges each finding (pure functions over bundles), ``render`` writes the JSON,
+figures and the report's Findings.
 """

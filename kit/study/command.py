@@ -48,7 +48,7 @@ def study(quick: bool, dry_run: bool, resume: bool, out: Path, platform: str | N
     from kit.study.run import plan_study, plan_text, run_study
 
     matrix = build_matrix(detect_node(platform, devices), quick, _only(only))
-    planned = plan_study(matrix, require_present=not dry_run)
+    planned = plan_study(matrix, require_present=not dry_run, out=out)
     if dry_run:
         click.echo(plan_text(planned))
         return

@@ -107,6 +107,10 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
     their reduce-scatters are NCCL collectives, the CP loss average an all-reduce, and its
     chunk indices are cached device tensors (:mod:`kit.engines.megatron.context_parallel`);
     left eager, gpt3-1.3b CP2 x TP2 + SP ran 1.946 s a step with the GPU 89% idle.
+
+    ``--eager`` blocks the graph on purpose: a comparison of a layout that can be graphed with
+    one that cannot (a pipeline) would otherwise also compare the graph with the eager step
+    (``charllm-kit study`` holds each finding's runs in one mode this way).
     """
     p, o, w = cfg.parallel, cfg.optim, cfg.workload
     return [reason for blocked, reason in (
@@ -116,6 +120,7 @@ def graph_blockers(cfg: RunConfig) -> list[str]:
         (w.moe_padded and p.moe_dispatcher != "alltoall",
          "mixture of experts with the allgather dispatcher"),
         (o.fsdp, "FSDP"),
+        (cfg.eager, "--eager"),
     ) if blocked]
 
 

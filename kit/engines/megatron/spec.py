@@ -29,6 +29,8 @@ class MegatronSpec(EngineSpec):
         "dist_optimizer": "--dist-optimizer is megatron's; with --engine deepspeed use --zero 1",
         "fsdp": "--fsdp is megatron's (Megatron-FSDP); PyTorch's FSDP2 is --engine fsdp2, "
                 "DeepSpeed's full sharding --engine deepspeed --zero 3",
+        "eager": "--eager keeps the megatron engine's step out of a CUDA graph; the other "
+                 "engines' steps are always eager",
         "phase_timers": "--no-phase-timers switches off the megatron engine's phase timers; "
                         "use --engine megatron",
     }
