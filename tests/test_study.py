@@ -10,6 +10,7 @@ with the settings and figures named in each case changed: the numbers of issue 3
 import copy
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kit.engines.execution import Execution
 from kit.study.catalog import FINDING_IDS
 from kit.study.facts import read_facts
 from kit.study.verdicts import (
@@ -29,7 +31,8 @@ from kit.study.verdicts import (
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("tests/data/bundles/*/2*")])
-H200 = REPO / "tests/data/bundles/parallel/20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
+PARALLEL = REPO / "tests/data/bundles/parallel"
+H200 = PARALLEL / "20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
 
 
 def _verdicts(paths: list[Path]) -> dict[str, str]:
@@ -152,6 +155,27 @@ def test_thermal_verdicts_separate_position_from_load(tmp_path):
     assert thermal_position(only_pipeline).verdict == "not measurable here"
 
 
+def test_thermal_verdicts_compare_only_layouts_that_ran_alike(tmp_path):
+    """The same-order layouts above, PP4's facts with execution set to graphed (the recorded
+    run is eager; dataclasses.replace): position leaves PP4 out, throttling, which needs it,
+    is confounded; two layouts that ran differently are confounded for position too."""
+    tp4 = read_facts(_node(tmp_path, "tp4", {"tp": 4}, [58, 61, 66, 71], [0, 0, 0, 0.02]))
+    tp2dp2 = read_facts(_node(tmp_path, "tp2dp2", {"tp": 2, "dp": 2}, [57, 60, 64, 70],
+                              [0, 0, 0, 0.03]))
+    pp4 = replace(read_facts(_node(tmp_path, "pp4", {"pp": 4}, [59, 63, 67, 74],
+                                   [0, 0, 0.05, 0.4])), execution=Execution("graphed"))
+    position = thermal_position([tp4, tp2dp2, pp4])
+    assert position.verdict == "agrees", position.why
+    assert position.evidence["left_out"] == ["pp4"] and "pp4" not in position.bundles
+    throttle = pp_throttle([tp4, tp2dp2, pp4])
+    assert throttle.verdict == "confounded", throttle.why
+    assert "execution mode: eager (mixture of experts) (tp4, tp2dp2) vs graphed (pp4)" \
+        in throttle.why
+    assert throttle.plot is None
+    two = thermal_position([tp4, replace(tp2dp2, execution=Execution("graphed"))])
+    assert two.verdict == "confounded" and two.differs[0].setting == "execution"
+
+
 def _with_links(path: Path, gbps: float) -> Path:
     """The recorded bundle's step times, and link counters of 4 GPUs rising at ``gbps``."""
     steps = pq.read_table(H200 / "steps.parquet")
@@ -240,11 +264,12 @@ def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     burst = entries["microbatch-bursts"]
     assert burst["verdict"] == "not measurable here" and "power" in burst["why"]
     assert [p["micro_batch"] for p in burst["evidence"]["fixed_global_batch"]] == [1, 8]
-    assert (folder / "findings" / "microbatch-bursts.png").is_file()
+    # no power: no peak-to-mean to draw, and no throughput figure standing in for it
+    assert not (folder / "findings" / "microbatch-bursts.png").exists()
     html = (folder / "report.html").read_text()
     assert html.count('<h2 id="findings">') == 1
     assert html.index('<h2 id="findings">') < html.index('<h2 id="comparison">')
-    assert 'src="findings/microbatch-bursts.png"' in html
+    assert 'src="findings/microbatch-bursts.png"' not in html
     index = json.loads((folder / "sweep.json").read_text())
     assert [p["status"] for p in index["points"]] == ["ok"] * 3
     again = cli(*args, "--resume")
@@ -255,3 +280,4 @@ def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     assert refused.stderr.strip().splitlines() == [
         f"error: study folder {tmp_path / 'study-cpux2-quick'} exists; pass --resume to "
         "continue it, or --out another directory"]
+
