@@ -29,10 +29,15 @@ from kit.study.verdicts import (
     tp_pp_links,
 )
 
+from .conftest import bundle_path, why_failed
+from .hostile_bundles import copy_bundle, kit, one_error
+
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("tests/data/bundles/*/2*")])
 PARALLEL = REPO / "tests/data/bundles/parallel"
 H200 = PARALLEL / "20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
+RECORDED_ON = "20261124T201141Z-mixtral-8x7b-4l-h200-588d9e"
+"""The recorded Mixtral run with full recomputation (the pair of :data:`H200`)."""
 
 
 def _verdicts(paths: list[Path]) -> dict[str, str]:
@@ -281,3 +286,84 @@ def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
         f"error: study folder {tmp_path / 'study-cpux2-quick'} exists; pass --resume to "
         "continue it, or --out another directory"]
 
+
+# --- study --from ------------------------------------------------------------------------------
+
+def test_study_from_recorded_bundles_writes_findings_and_report(monkeypatch, capsys, tmp_path):
+    code, out, err = kit(monkeypatch, capsys, "study", "--from", str(PARALLEL), "--out",
+                         str(tmp_path))
+    assert code == 0, err
+    folder = Path(out.strip().splitlines()[-1])
+    assert folder == (tmp_path / "study-h200x1-from-bundles").resolve()
+    doc = json.loads((folder / "h200x1-findings.json").read_text())
+    entries = {e["finding"]: e for e in doc["findings"]}
+    assert list(entries) == list(FINDING_IDS) and doc["unverified"] == {}
+    assert entries["recompute-power"]["verdict"] == "disagrees"
+    assert entries["recompute-power"]["differs"] == []
+    assert "recompute-power" in out and "findings: " in out
+    assert (folder / "findings" / "recompute-power.png").is_file()
+    html = (folder / "report.html").read_text()
+    assert 'src="findings/recompute-power.png"' in html
+
+
+def test_study_from_refuses_an_unverified_bundle_unless_allowed(monkeypatch, capsys, tmp_path):
+    edited = copy_bundle(tmp_path / "in", H200)  # metrics.json changed, checksums not resealed
+    metrics = json.loads((edited / "metrics.json").read_text())
+    metrics["summary"]["power_w_mean"] *= 0.9
+    (edited / "metrics.json").write_text(json.dumps(metrics))
+    args = ("study", "--from", str(edited), str(PARALLEL / RECORDED_ON), "--out",
+            str(tmp_path / "out"))
+    line = one_error(*kit(monkeypatch, capsys, *args)[::2])
+    assert edited.name in line and "--allow-unverified" in line
+    assert not (tmp_path / "out").exists()
+    code, out, err = kit(monkeypatch, capsys, *args, "--allow-unverified")
+    assert code == 0, err
+    assert f"warning: unverified: {edited.name}" in err
+    folder = Path(out.strip().splitlines()[-1])
+    doc = json.loads((folder / "h200x1-findings.json").read_text())
+    assert list(doc["unverified"]) == [edited.name]
+    recompute = next(e for e in doc["findings"] if e["finding"] == "recompute-power")
+    assert recompute["verdict"] == "agrees" and recompute["unverified_bundles"] == [edited.name]
+    html = (folder / "report.html").read_text()
+    assert "<b>Unverified:</b> rests on " + edited.name in html
+    assert "failed verification" in html  # the comparison's own check, as compare shows it
+
+
+def test_bad_study_from_input_is_one_line(monkeypatch, capsys, tmp_path):
+    for args, said in ((["--from", str(tmp_path / "nosuch")], "nosuch"),
+                       (["--from", str(PARALLEL), "--quick", "--only", "scale-up"],
+                        "takes no --quick, --only"),
+                       (["--allow-unverified"], "--allow-unverified applies to bundles read "
+                                                "with --from"),
+                       ([str(PARALLEL)], "follow --from")):
+        line = one_error(*kit(monkeypatch, capsys, "study", *args, "--out",
+                              str(tmp_path / "out"))[::2])
+        assert said in line, line
+
+
+@pytest.mark.training
+def test_study_from_cpu_runs_names_a_confound_and_an_absent_factor(cli, tmp_path,
+                                                                   gpt3_tiny_reference):
+    # the session's one-process run (recompute none, gpt3-tiny's micro-batch 2, no overlap)
+    # beside a run with full recomputation at micro-batch 1 and one with overlap on one replica
+    made = []
+    for extra in (["--recompute", "full", "--micro-batch", "1"], ["--overlap"]):
+        r = cli("run", "gpt3-tiny", "--steps", "2", "--warmup", "1", *extra,
+                "--out", str(tmp_path / "runs"))
+        assert r.returncode == 0, why_failed(r)
+        made.append(bundle_path(r.stdout))
+    r = cli("study", "--from", str(gpt3_tiny_reference), *map(str, made), "--out",
+            str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    folder = Path(r.stdout.strip().splitlines()[-1])
+    doc = json.loads((folder / "cpux1-findings.json").read_text())
+    entries = {e["finding"]: e for e in doc["findings"]}
+    recompute = entries["recompute-power"]
+    assert recompute["verdict"] == "confounded", recompute["why"]
+    assert [d["setting"] for d in recompute["differs"]] == ["micro_batch_size"]
+    assert f"micro-batch: 2 ({gpt3_tiny_reference.name}) vs 1 ({made[0].name})" \
+        in recompute["why"]
+    overlap = entries["overlap-power"]
+    assert overlap["verdict"] == "not measurable here"
+    assert "one data-parallel replica" in overlap["why"]
+    assert "confounded" in (folder / "report.html").read_text()

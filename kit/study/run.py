@@ -12,7 +12,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,8 +196,12 @@ class StudyOutcome:
 
 
 def conclude(folder: Path, bundles: list[Path], label: str,
-             say: Callable[[str], None] = print) -> tuple[list[FindingResult], Path, Path | None]:
+             say: Callable[[str], None] = print, unverified: Mapping[str, str] | None = None,
+             ) -> tuple[list[FindingResult], Path, Path | None]:
     """Findings over ``bundles``, written to ``folder``: the JSON, the figures and the report.
+
+    ``unverified`` (bundle name -> why it failed verification) marks bundles used only because
+    of ``--allow-unverified`` (``study --from``, :mod:`kit.study.existing`).
 
     Returns:
         The findings, the findings file, and the report (None when it could not be built;
@@ -211,19 +215,20 @@ def conclude(folder: Path, bundles: list[Path], label: str,
             say(f"left out of the findings: {e}")
     results = all_findings(facts)
     findings_file = folder / f"{label}-findings.json"
-    findings_file.write_text(json.dumps(findings_json(results, label), indent=1) + "\n",
-                             encoding="utf-8")
+    findings_file.write_text(json.dumps(findings_json(results, label, unverified), indent=1)
+                             + "\n", encoding="utf-8")
     figures = {k: f"{FIGURE_DIR}/{p.name}"
                for k, p in write_figures(results, folder / FIGURE_DIR).items()}
     from kit.analysis.report import LeadSection, write_report
     from kit.study.opening import report_title, study_opening
 
-    lead = LeadSection("findings", "Findings", findings_html(results, figures),
-                       findings_markdown(results, figures))
+    lead = LeadSection("findings", "Findings", findings_html(results, figures, unverified),
+                       findings_markdown(results, figures, unverified))
     report: Path | None = folder / REPORT_FILE
     try:
         write_report([str(b) for b in bundles], report, lead=[lead], title=report_title(label),
-                     opening=study_opening(facts, results, label))
+                     opening=study_opening(facts, results, label),
+                     allow_unverified=bool(unverified))
     except KitInputError as e:
         say(f"report not written: {e}")
         report = None
