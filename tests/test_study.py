@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kit.bundle.budget import BUDGET_ENV
 from kit.engines.execution import Execution
 from kit.study.catalog import FINDING_IDS
 from kit.study.facts import read_facts
@@ -28,9 +29,10 @@ from kit.study.verdicts import (
     thermal_position,
     tp_pp_links,
 )
+from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 from .conftest import bundle_path, why_failed
-from .hostile_bundles import copy_bundle, kit, one_error
+from .hostile_bundles import constant_rows, copy_bundle, kit, one_error
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("tests/data/bundles/*/2*")])
@@ -187,11 +189,11 @@ def _with_links(path: Path, gbps: float) -> Path:
     pq.write_table(steps, path / "steps.parquet")
     t0, t1 = min(steps["t_start"].to_pylist()), max(steps["t_end"].to_pylist())
     times = [t0 + (t1 - t0) * i / 50 for i in range(51)]
-    rows = [(t, d, gbps * 1e9 / 2 * (t - t0)) for d in range(4) for t in times]
-    pq.write_table(pa.table({
-        "t": [r[0] for r in rows], "source": ["gpu"] * len(rows), "node": [0] * len(rows),
-        "device": [r[1] for r in rows], "link_tx_bytes": [r[2] for r in rows],
-        "link_rx_bytes": [r[2] for r in rows]}), path / "telemetry.parquet")
+    rows = [{"t": t, "source": "gpu", "node": 0, "device": d,
+             "link_tx_bytes": int(gbps * 1e9 / 2 * (t - t0)),
+             "link_rx_bytes": int(gbps * 1e9 / 2 * (t - t0))} for d in range(4) for t in times]
+    pq.write_table(pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA),
+                   path / "telemetry.parquet")
     return path
 
 
@@ -327,6 +329,18 @@ def test_study_from_refuses_an_unverified_bundle_unless_allowed(monkeypatch, cap
     html = (folder / "report.html").read_text()
     assert "<b>Unverified:</b> rests on " + edited.name in html
     assert "failed verification" in html  # the comparison's own check, as compare shows it
+
+
+def test_study_from_reads_an_unverified_bundles_tables_within_the_budget(monkeypatch, capsys,
+                                                                        tmp_path):
+    # a table of a million constant rows, a few KB on disk: verification refuses it, and so does
+    # the findings' own read of it when --allow-unverified lets the bundle through
+    monkeypatch.setenv(BUDGET_ENV, "0.05")
+    bundle = constant_rows(copy_bundle(tmp_path / "in", H200), 1_000_000)
+    for extra in ((), ("--allow-unverified",)):
+        line = one_error(*kit(monkeypatch, capsys, "study", "--from", str(bundle), *extra,
+                              "--out", str(tmp_path / "out"))[::2])
+        assert "telemetry.parquet has 1000000 rows" in line and BUDGET_ENV in line
 
 
 def test_bad_study_from_input_is_one_line(monkeypatch, capsys, tmp_path):

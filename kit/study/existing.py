@@ -18,6 +18,7 @@ from kit.bundle.reader import Bundle
 from kit.bundle.verified import read_verified_bundle
 from kit.errors import KitInputError
 from kit.output_target import check_output_dir
+from kit.study.facts import read_facts
 from kit.study.run import FABRIC_DIR, MATRIX_FILE, StudyOutcome, conclude
 
 FOLDER_SUFFIX = "from-bundles"
@@ -55,8 +56,9 @@ def conclude_existing(paths: list[Path], out: Path, allow_unverified: bool,
 
     Raises:
         KitInputError: No paths; a path that is neither a bundle nor a folder of bundles; a
-            bundle that does not verify (without ``allow_unverified``) or cannot be read; an
-            output folder that cannot be written.
+            bundle that does not verify (without ``allow_unverified``) or cannot be read (an
+            unverified one's tables too: over the read budget, unreadable); an output folder
+            that cannot be written.
     """
     if not paths:
         raise KitInputError("study --from needs one or more bundles or folders of bundles")
@@ -69,8 +71,10 @@ def conclude_existing(paths: list[Path], out: Path, allow_unverified: bool,
     bundles = list(seen.values())
     unverified = {b.path.name: str(b.verification_error) for b in bundles
                   if b.verification_error is not None}
-    for name, why in unverified.items():
-        say(f"warning: unverified: {name}: {why}")
+    for b in bundles:
+        if b.verification_error is not None:  # its tables were not checked: refuse them here
+            read_facts(b.path)  # as compare refuses an unverified bundle it cannot read
+            say(f"warning: unverified: {b.path.name}: {b.verification_error}")
     folder = out / f"study-{node_label(bundles)}-{FOLDER_SUFFIX}"
     check_output_dir(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from kit.analysis.kernels import RankBreakdown
+from kit.bundle.reader import read_table
+from kit.bundle.schema import STEPS_SCHEMA
 from kit.engines.execution import Execution, execution_of
 from kit.errors import KitInputError
+from kit.telemetry.fields import TELEMETRY_SCHEMA
 
 THERMAL_REASONS = ("thermal_sw", "thermal_hw")
 """Throttle reasons that are the device's temperature (kit.telemetry's vendor-neutral bits)."""
@@ -151,18 +153,26 @@ def _load(path: Path, name: str) -> dict[str, Any]:
 
 def _link_rates(path: Path) -> tuple[dict[int, float], dict[int, int]]:
     """Mean link rate per node-0 device over the measured steps, from the cumulative counters,
-    and the readings behind each."""
-    telemetry, steps = path / "telemetry.parquet", path / "steps.parquet"
-    if not (telemetry.is_file() and steps.is_file()):
+    and the readings behind each.
+
+    The tables are read as every reader of bundles reads them, within the read budget
+    (:mod:`kit.bundle.budget`): ``study --from --allow-unverified`` may be given a bundle made
+    to decode to more than memory holds.
+
+    Raises:
+        BundleError: A table of another schema, unreadable or over the read budget.
+    """
+    if not ((path / "telemetry.parquet").is_file() and (path / "steps.parquet").is_file()):
         return {}, {}
-    s = pq.read_table(steps, columns=["phase", "t_start", "t_end"]).to_pydict()
+    s = read_table(path, "steps.parquet", STEPS_SCHEMA).select(
+        ["phase", "t_start", "t_end"]).to_pydict()
     spans = [(a, b) for ph, a, b in zip(s["phase"], s["t_start"], s["t_end"], strict=True)
              if ph == "measured"]
     if not spans:
         return {}, {}
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
     cols = ["t", "source", "node", "device", "link_tx_bytes", "link_rx_bytes"]
-    tel = pq.read_table(telemetry, columns=cols).to_pydict()
+    tel = read_table(path, "telemetry.parquet", TELEMETRY_SCHEMA).select(cols).to_pydict()
     out: dict[int, float] = {}
     readings: dict[int, int] = {}
     by_device: dict[int, list[tuple[float, float]]] = {}
@@ -226,7 +236,9 @@ def read_facts(path: str | Path) -> BundleFacts:
     """The facts of the bundle at ``path``.
 
     Raises:
-        KitInputError: ``path`` holds no readable ``manifest.json`` / ``metrics.json``.
+        KitInputError: ``path`` holds no readable ``manifest.json`` / ``metrics.json``, or a
+            table or profile breakdown it reads is unreadable or over the read budget
+            (:class:`kit.errors.BundleError`).
     """
     root = Path(path)
     manifest, metrics = _load(root, "manifest.json"), _load(root, "metrics.json")
