@@ -360,8 +360,9 @@ def test_study_from_cpu_runs_names_a_confound_and_an_absent_factor(cli, tmp_path
                                                                    gpt3_tiny_reference):
     # the session's one-process run (recompute none, gpt3-tiny's micro-batch 2, no overlap)
     # beside a run with full recomputation at micro-batch 1 and one with overlap on one replica
+    # (profiled: its breakdown is read, a host timeline, which gives no device idle share)
     made = []
-    for extra in (["--recompute", "full", "--micro-batch", "1"], ["--overlap"]):
+    for extra in (["--recompute", "full", "--micro-batch", "1"], ["--overlap", "--profile"]):
         r = cli("run", "gpt3-tiny", "--steps", "2", "--warmup", "1", *extra,
                 "--out", str(tmp_path / "runs"))
         assert r.returncode == 0, why_failed(r)
@@ -380,4 +381,6 @@ def test_study_from_cpu_runs_names_a_confound_and_an_absent_factor(cli, tmp_path
     overlap = entries["overlap-power"]
     assert overlap["verdict"] == "not measurable here"
     assert "one data-parallel replica" in overlap["why"]
+    profiled = read_facts(made[1])
+    assert profiled.exposed_comm_s is not None and profiled.idle_share is None
     assert "confounded" in (folder / "report.html").read_text()

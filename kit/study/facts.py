@@ -63,8 +63,10 @@ class BundleFacts:
         kit_version: The kit's version and commit that ran it, e.g. ``0.1.0 (a287184)``.
         gpu_util_pct: Mean NVML/amdsmi GPU utilization over the devices that measured it
             (percent of the time a kernel ran); None without GPU telemetry.
-        idle_share: Share of the profiled steps' time with no kernel (or, on a host timeline,
-            no operator) running, mean over ranks; None without profile breakdowns.
+        idle_share: Share of the profiled steps' time with no kernel running on the device,
+            mean over ranks; None without profile breakdowns of a device timeline (on a host
+            timeline idle is Python time, which gloo's threads fill with communication when
+            it overlaps: not a measure of the host starving a device).
         exposed_comm_s: Communication that ran with no compute beside it, seconds per profiled
             step, mean over ranks; None without profile breakdowns.
         measured_steps: Measured steps of rank 0.
@@ -189,8 +191,9 @@ def _link_rates(path: Path) -> tuple[dict[int, float], dict[int, int]]:
 
 
 def _profile(path: Path) -> tuple[float | None, float | None]:
-    """Idle share of the profiled steps' time and exposed communication seconds per profiled
-    step, each the mean over the ranks' breakdowns; (None, None) without them."""
+    """Idle share of the profiled steps' time (device timelines only: BundleFacts.idle_share)
+    and exposed communication seconds per profiled step, each the mean over the ranks'
+    breakdowns; None where there are none."""
     folder = path / "profile"
     files = sorted(folder.glob("rank*.breakdown.json")) if folder.is_dir() else []
     idle, exposed = [], []
@@ -204,12 +207,11 @@ def _profile(path: Path) -> tuple[float | None, float | None]:
         if not rank.steps or window <= 0:
             continue
         cats = [c for step in rank.steps for c in step.categories]
-        idle.append(sum(c.time_s for c in cats if c.kind == "idle") / window)
+        if rank.timeline == "device":
+            idle.append(sum(c.time_s for c in cats if c.kind == "idle") / window)
         exposed.append(sum(c.time_s for c in cats if c.kind == "communication")
                        / len(rank.steps))
-    if not idle:
-        return None, None
-    return float(np.mean(idle)), float(np.mean(exposed))
+    return _mean_or_none(idle), _mean_or_none(exposed)
 
 
 def _speed_features(notes: list[str]) -> tuple[str, ...] | None:

@@ -14,9 +14,9 @@ nodes and world size; every parallel degree (``tp``, ``pp``, ``dp``, ``cp``, ``e
 method, overlap, distributed optimizer, FSDP, ZeRO stage, offload); the execution mode (graphed
 or eager); the speed features; precision; sequence length; the telemetry period; the kit's
 version and commit; and how host-bound each run was (``host_bound``: GPU utilization and, where
-both runs were profiled, the idle share of the profiled steps). A setting a bundle does not
-record counts as the value ``unrecorded``, which matches only itself; host-boundness is
-compared only where both runs measured it.
+both runs were profiled on a device timeline, the idle share of the profiled steps). A setting a
+bundle does not record counts as the value ``unrecorded``, which matches only itself;
+host-boundness is compared only where both runs measured it.
 """
 
 from collections.abc import Callable, Mapping, Sequence
