@@ -215,14 +215,21 @@ def test_links_compare_like_with_like():
 
 def test_scale_up_across_kit_versions_is_confounded():
     """The recorded H100 and H200 runs made multi-node (nodes, world_size): 2 H200 nodes (16
-    GPUs) against 4 H100 nodes (32). They were recorded by different kit commits."""
+    GPUs) against 4 H100 nodes (32). They were recorded by different kit commits; the clean
+    cases give the H200 run the H100 run's kit_version, and for the agree 1.2 times the H100
+    run's throughput (summary.tokens_per_s; recorded: 53559 against 58797 tokens/s)."""
     up = replace(H200, nodes=2, world_size=16)
     out = replace(H100, nodes=4, world_size=32)
     result = scale_up([up, out])
     assert result.verdict == "confounded", result.why
     assert [d.setting for d in result.differs] == ["kit_version"]
-    same = scale_up([replace(up, kit_version=H100.kit_version), out])
-    assert same.verdict in ("agrees", "disagrees") and same.differs == []
+    assert "0.1.0 (9394953)" in result.why
+    same = replace(up, kit_version=H100.kit_version)
+    slower = scale_up([same, out])
+    assert slower.verdict == "disagrees" and slower.differs == [], slower.why
+    faster = replace(same, summary={**same.summary,
+                                    "tokens_per_s": 1.2 * H100.summary["tokens_per_s"]})
+    assert scale_up([faster, out]).verdict == "agrees"
 
 
 # --- the likeness check and the report ---------------------------------------------------------
