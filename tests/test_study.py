@@ -10,6 +10,7 @@ with the settings and figures named in each case changed: the numbers of issue 3
 import copy
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kit.bundle.budget import BUDGET_ENV
+from kit.bundle.telemetry_fields import TELEMETRY_SCHEMA
+from kit.engines.execution import Execution
 from kit.study.catalog import FINDING_IDS
 from kit.study.facts import read_facts
 from kit.study.verdicts import (
@@ -27,9 +31,15 @@ from kit.study.verdicts import (
     tp_pp_links,
 )
 
+from .conftest import bundle_path, why_failed
+from .hostile_bundles import constant_rows, copy_bundle, kit, one_error
+
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted([*REPO.glob("tests/data/bundles/2*"), *REPO.glob("tests/data/bundles/*/2*")])
-H200 = REPO / "tests/data/bundles/parallel/20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
+PARALLEL = REPO / "tests/data/bundles/parallel"
+H200 = PARALLEL / "20261124T201036Z-mixtral-8x7b-4l-h200-4a76f4"
+RECORDED_ON = "20261124T201141Z-mixtral-8x7b-4l-h200-588d9e"
+"""The recorded Mixtral run with full recomputation (the pair of :data:`H200`)."""
 
 
 def _verdicts(paths: list[Path]) -> dict[str, str]:
@@ -152,17 +162,38 @@ def test_thermal_verdicts_separate_position_from_load(tmp_path):
     assert thermal_position(only_pipeline).verdict == "not measurable here"
 
 
+def test_thermal_verdicts_compare_only_layouts_that_ran_alike(tmp_path):
+    """The same-order layouts above, PP4's facts with execution set to graphed (the recorded
+    run is eager; dataclasses.replace): position leaves PP4 out, throttling, which needs it,
+    is confounded; two layouts that ran differently are confounded for position too."""
+    tp4 = read_facts(_node(tmp_path, "tp4", {"tp": 4}, [58, 61, 66, 71], [0, 0, 0, 0.02]))
+    tp2dp2 = read_facts(_node(tmp_path, "tp2dp2", {"tp": 2, "dp": 2}, [57, 60, 64, 70],
+                              [0, 0, 0, 0.03]))
+    pp4 = replace(read_facts(_node(tmp_path, "pp4", {"pp": 4}, [59, 63, 67, 74],
+                                   [0, 0, 0.05, 0.4])), execution=Execution("graphed"))
+    position = thermal_position([tp4, tp2dp2, pp4])
+    assert position.verdict == "agrees", position.why
+    assert position.evidence["left_out"] == ["pp4"] and "pp4" not in position.bundles
+    throttle = pp_throttle([tp4, tp2dp2, pp4])
+    assert throttle.verdict == "confounded", throttle.why
+    assert "execution mode: eager (mixture of experts) (tp4, tp2dp2) vs graphed (pp4)" \
+        in throttle.why
+    assert throttle.plot is None
+    two = thermal_position([tp4, replace(tp2dp2, execution=Execution("graphed"))])
+    assert two.verdict == "confounded" and two.differs[0].setting == "execution"
+
+
 def _with_links(path: Path, gbps: float) -> Path:
     """The recorded bundle's step times, and link counters of 4 GPUs rising at ``gbps``."""
     steps = pq.read_table(H200 / "steps.parquet")
     pq.write_table(steps, path / "steps.parquet")
     t0, t1 = min(steps["t_start"].to_pylist()), max(steps["t_end"].to_pylist())
     times = [t0 + (t1 - t0) * i / 50 for i in range(51)]
-    rows = [(t, d, gbps * 1e9 / 2 * (t - t0)) for d in range(4) for t in times]
-    pq.write_table(pa.table({
-        "t": [r[0] for r in rows], "source": ["gpu"] * len(rows), "node": [0] * len(rows),
-        "device": [r[1] for r in rows], "link_tx_bytes": [r[2] for r in rows],
-        "link_rx_bytes": [r[2] for r in rows]}), path / "telemetry.parquet")
+    rows = [{"t": t, "source": "gpu", "node": 0, "device": d,
+             "link_tx_bytes": int(gbps * 1e9 / 2 * (t - t0)),
+             "link_rx_bytes": int(gbps * 1e9 / 2 * (t - t0))} for d in range(4) for t in times]
+    pq.write_table(pa.Table.from_pylist(rows, schema=TELEMETRY_SCHEMA),
+                   path / "telemetry.parquet")
     return path
 
 
@@ -240,11 +271,12 @@ def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     burst = entries["microbatch-bursts"]
     assert burst["verdict"] == "not measurable here" and "power" in burst["why"]
     assert [p["micro_batch"] for p in burst["evidence"]["fixed_global_batch"]] == [1, 8]
-    assert (folder / "findings" / "microbatch-bursts.png").is_file()
+    # no power: no peak-to-mean to draw, and no throughput figure standing in for it
+    assert not (folder / "findings" / "microbatch-bursts.png").exists()
     html = (folder / "report.html").read_text()
     assert html.count('<h2 id="findings">') == 1
     assert html.index('<h2 id="findings">') < html.index('<h2 id="comparison">')
-    assert 'src="findings/microbatch-bursts.png"' in html
+    assert 'src="findings/microbatch-bursts.png"' not in html
     index = json.loads((folder / "sweep.json").read_text())
     assert [p["status"] for p in index["points"]] == ["ok"] * 3
     again = cli(*args, "--resume")
@@ -255,3 +287,100 @@ def test_cpu_study_runs_resumes_and_writes_findings_first(cli, tmp_path):
     assert refused.stderr.strip().splitlines() == [
         f"error: study folder {tmp_path / 'study-cpux2-quick'} exists; pass --resume to "
         "continue it, or --out another directory"]
+
+
+# --- study --from ------------------------------------------------------------------------------
+
+def test_study_from_recorded_bundles_writes_findings_and_report(monkeypatch, capsys, tmp_path):
+    code, out, err = kit(monkeypatch, capsys, "study", "--from", str(PARALLEL), "--out",
+                         str(tmp_path))
+    assert code == 0, err
+    folder = Path(out.strip().splitlines()[-1])
+    assert folder == (tmp_path / "study-h200x1-from-bundles").resolve()
+    doc = json.loads((folder / "h200x1-findings.json").read_text())
+    entries = {e["finding"]: e for e in doc["findings"]}
+    assert list(entries) == list(FINDING_IDS) and doc["unverified"] == {}
+    assert entries["recompute-power"]["verdict"] == "disagrees"
+    assert entries["recompute-power"]["differs"] == []
+    assert "recompute-power" in out and "findings: " in out
+    assert (folder / "findings" / "recompute-power.png").is_file()
+    html = (folder / "report.html").read_text()
+    assert 'src="findings/recompute-power.png"' in html
+
+
+def test_study_from_refuses_an_unverified_bundle_unless_allowed(monkeypatch, capsys, tmp_path):
+    edited = copy_bundle(tmp_path / "in", H200)  # metrics.json changed, checksums not resealed
+    metrics = json.loads((edited / "metrics.json").read_text())
+    metrics["summary"]["power_w_mean"] *= 0.9
+    (edited / "metrics.json").write_text(json.dumps(metrics))
+    args = ("study", "--from", str(edited), str(PARALLEL / RECORDED_ON), "--out",
+            str(tmp_path / "out"))
+    line = one_error(*kit(monkeypatch, capsys, *args)[::2])
+    assert edited.name in line and "--allow-unverified" in line
+    assert not (tmp_path / "out").exists()
+    code, out, err = kit(monkeypatch, capsys, *args, "--allow-unverified")
+    assert code == 0, err
+    assert f"warning: unverified: {edited.name}" in err
+    folder = Path(out.strip().splitlines()[-1])
+    doc = json.loads((folder / "h200x1-findings.json").read_text())
+    assert list(doc["unverified"]) == [edited.name]
+    recompute = next(e for e in doc["findings"] if e["finding"] == "recompute-power")
+    assert recompute["verdict"] == "agrees" and recompute["unverified_bundles"] == [edited.name]
+    html = (folder / "report.html").read_text()
+    assert "<b>Unverified:</b> rests on " + edited.name in html
+    assert "failed verification" in html  # the comparison's own check, as compare shows it
+
+
+def test_study_from_reads_an_unverified_bundles_tables_within_the_budget(monkeypatch, capsys,
+                                                                        tmp_path):
+    # a table of a million constant rows, a few KB on disk: verification refuses it, and so does
+    # the findings' own read of it when --allow-unverified lets the bundle through
+    monkeypatch.setenv(BUDGET_ENV, "0.05")
+    bundle = constant_rows(copy_bundle(tmp_path / "in", H200), 1_000_000)
+    for extra in ((), ("--allow-unverified",)):
+        line = one_error(*kit(monkeypatch, capsys, "study", "--from", str(bundle), *extra,
+                              "--out", str(tmp_path / "out"))[::2])
+        assert "telemetry.parquet has 1000000 rows" in line and BUDGET_ENV in line
+
+
+def test_bad_study_from_input_is_one_line(monkeypatch, capsys, tmp_path):
+    for args, said in ((["--from", str(tmp_path / "nosuch")], "nosuch"),
+                       (["--from", str(PARALLEL), "--quick", "--only", "scale-up"],
+                        "takes no --quick, --only"),
+                       (["--allow-unverified"], "--allow-unverified applies to bundles read "
+                                                "with --from"),
+                       ([str(PARALLEL)], "follow --from")):
+        line = one_error(*kit(monkeypatch, capsys, "study", *args, "--out",
+                              str(tmp_path / "out"))[::2])
+        assert said in line, line
+
+
+@pytest.mark.training
+def test_study_from_cpu_runs_names_a_confound_and_an_absent_factor(cli, tmp_path,
+                                                                   gpt3_tiny_reference):
+    # the session's one-process run (recompute none, gpt3-tiny's micro-batch 2, no overlap)
+    # beside a run with full recomputation at micro-batch 1 and one with overlap on one replica
+    # (profiled: its breakdown is read, a host timeline, which gives no device idle share)
+    made = []
+    for extra in (["--recompute", "full", "--micro-batch", "1"], ["--overlap", "--profile"]):
+        r = cli("run", "gpt3-tiny", "--steps", "2", "--warmup", "1", *extra,
+                "--out", str(tmp_path / "runs"))
+        assert r.returncode == 0, why_failed(r)
+        made.append(bundle_path(r.stdout))
+    r = cli("study", "--from", str(gpt3_tiny_reference), *map(str, made), "--out",
+            str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    folder = Path(r.stdout.strip().splitlines()[-1])
+    doc = json.loads((folder / "cpux1-findings.json").read_text())
+    entries = {e["finding"]: e for e in doc["findings"]}
+    recompute = entries["recompute-power"]
+    assert recompute["verdict"] == "confounded", recompute["why"]
+    assert [d["setting"] for d in recompute["differs"]] == ["micro_batch_size"]
+    assert f"micro-batch: 2 ({gpt3_tiny_reference.name}) vs 1 ({made[0].name})" \
+        in recompute["why"]
+    overlap = entries["overlap-power"]
+    assert overlap["verdict"] == "not measurable here"
+    assert "one data-parallel replica" in overlap["why"]
+    profiled = read_facts(made[1])
+    assert profiled.exposed_comm_s is not None and profiled.idle_share is None
+    assert "confounded" in (folder / "report.html").read_text()

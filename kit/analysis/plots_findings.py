@@ -12,7 +12,8 @@ series. What the figure may say is held to what the verdict holds:
   peak-to-mean ratio) or none (``y_origin = None``: the axis fits the data), and the axis label
   then says so.
 * Sample counts, when the plot carries them (``samples``: series name -> how many samples or
-  runs it rests on), are given in the legend as ``n=``.
+  runs it rests on, or one count per point), are given in the legend as ``n=`` (a range where
+  its points differ).
 * A value a series lacks is left out, never drawn as a zero bar.
 """
 
@@ -29,7 +30,8 @@ NOT_EVIDENCE = frozenset({"not measurable here", "confounded"})
 
 class FindingPlot(Protocol):
     """What a finding's figure is drawn from (:class:`kit.study.verdicts.Plot`). Optional,
-    read when present: ``samples`` (series name -> count) and ``y_origin`` (float or None)."""
+    read when present: ``samples`` (series name -> a count, or one per point) and ``y_origin``
+    (float or None)."""
 
     kind: str
     """``line`` or ``bar``."""
@@ -44,9 +46,14 @@ def is_evidence(verdict: str) -> bool:
 
 
 def _label(plot: FindingPlot, name: str) -> str:
-    """A series' legend entry, with its sample count when the plot has one."""
+    """A series' legend entry, with its sample count when the plot has one: one count for the
+    series, or one per point (``n=LOW-HIGH`` when they differ; unknown points left out)."""
     n = (getattr(plot, "samples", None) or {}).get(name)
-    return name if n is None else f"{name} (n={n})"
+    counts = [c for c in (n if isinstance(n, (list, tuple)) else [n]) if c is not None]
+    if not counts:
+        return name
+    low, high = min(counts), max(counts)
+    return f"{name} (n={low})" if low == high else f"{name} (n={low}-{high})"
 
 
 def _origin_label(plot: FindingPlot) -> tuple[float | None, str]:

@@ -18,7 +18,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,7 @@ from kit.study.render import (
     findings_markdown,
     write_figures,
 )
-from kit.study.verdicts import FindingResult, all_findings
+from kit.study.verdicts import HELD, FindingResult, all_findings
 from kit.study.warmup import (
     FIRST_STEP_EXCESS,
     RERUN_WARMUP_FACTOR,
@@ -65,6 +65,12 @@ if TYPE_CHECKING:
 MATRIX_FILE = "matrix.yaml"
 FABRIC_DIR = "fabric"
 REPORT_FILE = "report.html"
+
+STUDY_AXES: tuple[str, ...] = tuple(sorted(set().union(
+    *(held.factor for finding, held in HELD.items() if finding != "scale-up"))))
+"""What the study varies on purpose, as run fields: every finding's factor but scale-up's
+(which compares nodes). Bundles concluded from outside a study folder (``study --from``) have
+no sweep index to say so, and the report's comparability names these as swept."""
 
 
 @dataclass(frozen=True)
@@ -287,12 +293,15 @@ class StudyOutcome:
 
 def conclude(folder: Path, bundles: list[Path], label: str,
              say: Callable[[str], None] = print, matrix: dict[str, Any] | None = None,
+             unverified: Mapping[str, str] | None = None,
              ) -> tuple[list[FindingResult], Path, Path | None]:
     """Findings over ``bundles``, written to ``folder``: the JSON, the figures and the report.
 
     ``matrix`` is what the study's own matrix did (:func:`_matrix_record`): the findings file
     carries it as ``matrix`` and, in each finding's entry, that finding's ``execution`` (the
     mode all its points ran in) or ``not_run`` (why it had no points on this node).
+    ``unverified`` (bundle name -> why it failed verification) marks bundles used only because
+    of ``--allow-unverified`` (``study --from``, :mod:`kit.study.existing`).
 
     Returns:
         The findings, the findings file, and the report (None when it could not be built;
@@ -306,7 +315,7 @@ def conclude(folder: Path, bundles: list[Path], label: str,
             say(f"left out of the findings: {e}")
     results = all_findings(facts)
     findings_file = folder / f"{label}-findings.json"
-    doc = findings_json(results, label)
+    doc = findings_json(results, label, unverified)
     if matrix is not None:
         doc["matrix"] = matrix
         for entry in doc["findings"]:
@@ -319,13 +328,14 @@ def conclude(folder: Path, bundles: list[Path], label: str,
     from kit.analysis.report import LeadSection, write_report
     from kit.study.opening import report_title, study_opening
 
-    lead = LeadSection("findings", "Findings", findings_html(results, figures),
-                       findings_markdown(results, figures))
+    lead = LeadSection("findings", "Findings", findings_html(results, figures, unverified),
+                       findings_markdown(results, figures, unverified))
     report: Path | None = folder / REPORT_FILE
     try:
         write_report([str(b) for b in bundles], report, lead=[lead], title=report_title(label),
                      opening=study_opening(facts, results, label),
-                     swept=sweep.varied() if (sweep := read_sweep_folder(folder)) else ())
+                     swept=sweep.varied() if (sweep := read_sweep_folder(folder)) else STUDY_AXES,
+                     allow_unverified=bool(unverified))
     except KitInputError as e:
         say(f"report not written: {e}")
         report = None
