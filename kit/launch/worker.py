@@ -340,4 +340,11 @@ def run_rank(staging: Path, started: float | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_rank(Path(sys.argv[1])))
+    # Exit as a forked rank does (kit.launch.rank_fork), without interpreter teardown: a failed
+    # rank may leave a thread inside a C++ call (the early process group still waiting for its
+    # peers, kit.launch.early_groups), and finalizing around it aborts the process (SIGABRT)
+    # instead of ending with the rank's exit code.
+    code = run_rank(Path(sys.argv[1]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -79,5 +79,5 @@ def conclude_existing(paths: list[Path], out: Path, allow_unverified: bool,
     check_output_dir(folder)
     folder.mkdir(parents=True, exist_ok=True)
     results, findings_file, report = conclude(folder, [b.path for b in bundles],
-                                              node_label(bundles), say, unverified)
+                                              node_label(bundles), say, unverified=unverified)
     return StudyOutcome(folder, results, findings_file, report, any_failed=False)
