@@ -280,7 +280,7 @@ def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path
     assert cli("bundle", "verify", str(bundle)).returncode == 0
     m = manifest(bundle)
     assert m["status"] == "failed"
-    assert " exit code 1 on node " in m["error"] and "broken on purpose" in m["error"], m["error"]
+    assert "exit code 1 on node " in m["error"] and "broken on purpose" in m["error"], m["error"]
     assert [r["exit_code"] for r in m["ranks"]] == [1, 1, 1, 1], m["ranks"]
     for first in ("rank0.log", "rank2.log"):
         assert "broken on purpose" in (bundle / "logs" / first).read_text()
