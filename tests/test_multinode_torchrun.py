@@ -266,9 +266,10 @@ def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path, cli):
-    """megatron-core's import raising in every rank: each ends as the import did
-    (exit code 1, the traceback in each node's first rank's log), the run fails naming one of
-    them, and no process of the run is left."""
+    """megatron-core's import raising in every rank: the run fails naming a rank that ended as
+    the import did (exit code 1, the traceback in its log); each other rank ended the same way
+    or was stopped by its agent once a peer had failed (which comes first depends on how fast
+    each imports), and no process of the run is left."""
     hook = tmp_path / "hook"
     (hook / "megatron").mkdir(parents=True)
     (hook / "megatron" / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
@@ -281,9 +282,11 @@ def test_an_engine_that_fails_to_import_fails_every_node_with_its_error(tmp_path
     m = manifest(bundle)
     assert m["status"] == "failed"
     assert "exit code 1 on node " in m["error"] and "broken on purpose" in m["error"], m["error"]
-    assert [r["exit_code"] for r in m["ranks"]] == [1, 1, 1, 1], m["ranks"]
-    for first in ("rank0.log", "rank2.log"):
-        assert "broken on purpose" in (bundle / "logs" / first).read_text()
+    assert all(r["exit_code"] == 1 or r["signal"] == "SIGTERM" for r in m["ranks"]), m["ranks"]
+    failed = [r["rank"] for r in m["ranks"] if r["exit_code"] == 1]
+    assert failed, m["ranks"]
+    for rank in failed:
+        assert "broken on purpose" in (bundle / "logs" / f"rank{rank}.log").read_text()
     assert not left_running(tmp_path)
 
 

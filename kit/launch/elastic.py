@@ -154,15 +154,24 @@ class _Watcher(threading.Thread):
 
 def _failure_exits(failures: dict[int, ProcessFailure],
                    ended: dict[int, float]) -> dict[int, RankExit]:
-    """How the failed ranks ended, timed by the watcher, in the order torch's agent saw them.
+    """How the failed ranks ended, in the order they ended.
 
-    torch lists first the ranks it found ended, then those it terminated because of them
-    (SIGTERM, then SIGKILL): where the watcher saw several end within one look, that order
-    decides, so a peer torch terminated is never taken for the first rank to end.
+    The watcher's look (:data:`WATCH_S`) times each rank; ranks it first saw ended in the same
+    look are ordered by how they ended, then by torch's list. A rank killed by a signal the
+    agent does not send (SIGKILL from outside, SIGSEGV) comes first: its peers can only react
+    to its death, within milliseconds (a gloo read that finds the connection reset), whereas
+    it cannot be a reaction to theirs. torch lists the ranks it found ended by local rank, then
+    those it terminated because of them (SIGTERM, then SIGKILL), so a peer torch terminated is
+    never taken for the first rank to end.
     """
+    def key(item: tuple[int, tuple[int, ProcessFailure]]) -> tuple[float, int, int]:
+        index, (r, failure) = item
+        from_outside = failure.exitcode < 0 and -failure.exitcode != signal.SIGTERM
+        return ended.get(r, float(failure.timestamp)), 0 if from_outside else 1, index
+
     exits: dict[int, RankExit] = {}
     last = 0.0
-    for r, failure in failures.items():
+    for _, (r, failure) in sorted(enumerate(failures.items()), key=key):
         t = max(ended.get(r, float(failure.timestamp)), last + 1e-6 if exits else 0.0)
         last = t
         code = failure.exitcode
