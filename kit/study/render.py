@@ -16,8 +16,8 @@ from tabulate import tabulate
 
 import kit
 from kit.analysis.plots_common import png_bytes
-from kit.analysis.plots_findings import finding_figure
-from kit.study.verdicts import EVIDENCE, FindingResult
+from kit.analysis.plots_findings import finding_figure, is_evidence
+from kit.study.verdicts import FindingResult
 
 FIGURE_DIR = "findings"
 """Folder beside the report that holds one PNG per finding with a figure."""
@@ -26,7 +26,7 @@ _VERDICT_COLOR = {"agrees": "#1a7f37", "disagrees": "#b35900", "confounded": "#a
 
 
 def _has_figure(r: FindingResult) -> bool:
-    return r.verdict in EVIDENCE and r.plot is not None and any(r.plot.series.values())
+    return r.plot is not None and is_evidence(r.verdict) and any(r.plot.series.values())
 
 
 def _no_figure(r: FindingResult) -> str | None:
@@ -59,7 +59,7 @@ def write_figures(results: list[FindingResult], folder: Path) -> dict[str, Path]
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for r in results:
-        fig = finding_figure(r.plot, r.finding.title, r.verdict) if _has_figure(r) else None
+        fig = None if r.plot is None else finding_figure(r.plot, r.finding.title, r.verdict)
         if fig is not None:
             path = folder / f"{r.finding.id}.png"
             path.write_bytes(png_bytes(fig))

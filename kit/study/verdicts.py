@@ -36,8 +36,6 @@ from kit.study.likeness import (
 )
 
 Verdict = Literal["agrees", "disagrees", "confounded", "not measurable here"]
-EVIDENCE: tuple[Verdict, ...] = ("agrees", "disagrees")
-"""The verdicts whose numbers are evidence on the finding (a figure is shown only for these)."""
 
 PEAK_TO_MEAN_RISE = 0.1
 """A rise of the worst GPU's peak-to-mean power ratio that counts as burstier: above the spread
