@@ -25,7 +25,8 @@ class RunKind:
     name: Literal["training", "fabric"]
     worker: str
     """The module each rank runs (``python -m WORKER STAGING``). It has ``preload(staging)``
-    and ``run_rank(staging, started=...)``, so a CPU zygote can fork it (kit.launch.rank_fork)."""
+    and ``run_rank(staging, started=...)`` and unblocks the rank signals once it handles them,
+    so a CPU zygote can fork it (kit.launch.rank_fork)."""
     progress: str
     """``"module:Class"`` of the launcher's progress display; the class is built with
     ``for_run(cfg, staging, label)`` and has ``poll``, ``say`` and ``close``."""
@@ -44,7 +45,6 @@ TRAINING = RunKind("training", worker="kit.launch.worker",
                    progress="kit.launch.progress:ProgressWatcher", watched=True, trains=True)
 FABRIC = RunKind("fabric", worker="kit.fabric.worker",
                  progress="kit.fabric.progress:FabricProgress", watched=False, trains=False)
-RUN_KINDS: tuple[RunKind, ...] = (TRAINING, FABRIC)
 
 
 def run_kind(config: "RunConfig | Mapping[str, Any]") -> RunKind:

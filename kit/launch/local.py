@@ -212,7 +212,7 @@ def launch_local(
     envs = {r: rank_env(r, world, port, threads) for r in range(world)}
     spawned = time.time()
     procs: dict[int, subprocess.Popen | ForkedRank]
-    if rank_fork.usable(cfg.platform.is_cpu, worker):
+    if rank_fork.usable(cfg.platform.is_cpu):
         try:
             forked = rank_fork.fork_ranks(worker, staging, envs, logs_dir, interrupts, on_poll,
                                           poll_s)

@@ -39,16 +39,11 @@ from pathlib import Path
 
 import psutil
 
-from kit.config.run_kind import RUN_KINDS
 from kit.launch.signals import SignalCounter
 from kit.lifecycle import process_start_time
 
 PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option (linux/prctl.h): orphaned descendants are re-parented to this process."""
-FORKABLE = tuple(kind.worker for kind in RUN_KINDS)
-"""Worker modules a zygote can run (every run kind's, kit.config.run_kind): each has
-``preload(staging)`` and ``run_rank(staging, started=...)``, and unblocks :data:`RANK_SIGNALS`
-once it handles them."""
 RANK_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 """Blocked while the zygote forks, and in each rank until its handlers are set (worker)."""
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "ROLE_RANK")
@@ -64,10 +59,10 @@ def _set_subreaper(on: bool) -> bool:
         return False
 
 
-def usable(cpu: bool, worker: str) -> bool:
-    """Whether this run's ranks are forked: a CPU platform on Linux (``fork``, ``prctl``) and
-    a worker module that can be (:data:`FORKABLE`)."""
-    return cpu and worker in FORKABLE and sys.platform == "linux" and _set_subreaper(False)
+def usable(cpu: bool) -> bool:
+    """Whether this run's ranks are forked: a CPU platform on Linux (``fork``, ``prctl``). Every
+    run kind's worker module can be (kit.config.run_kind)."""
+    return cpu and sys.platform == "linux" and _set_subreaper(False)
 
 
 class ForkedRank:
