@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kit.analysis.comparability import axis_value
 from kit.analysis.compare import Comparison, Group
 from kit.engines.execution import execution_of
 from kit.metrics.labels import layout_parts, split_shared
@@ -89,10 +90,10 @@ def execution_mode(g: Group) -> str:
 
 
 def parameter_value(g: Group, parameter: str) -> int:
-    """The configuration's value of a parameter of :data:`SWEPT`."""
-    config = g.first.config
-    return int(config["micro_batch_size"] if parameter == "micro_batch_size"
-               else config["parallel"].get(parameter, 1))
+    """The configuration's value of a parameter of :data:`SWEPT` (a degree its config leaves
+    out is 1)."""
+    value = axis_value(g.bundles[0], parameter)
+    return 1 if value is None else int(value)
 
 
 def _free(parameter: str) -> set[str]:
