@@ -16,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.launch.local import free_port
+
 PACKAGES = ("slurm-wlm", "munge")
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` different ports free now, outside the range the kernel hands to connections."""
+    ports: list[int] = []
+    while len(ports) < n:
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    return ports
 
 
 def install() -> str | None:

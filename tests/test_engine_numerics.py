@@ -1,7 +1,6 @@
 """The kit's megatron attention and layers against plain fp32 references, and real learning."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 import yaml
 
 from kit.errors import KitInputError
+from kit.launch.local import free_port
 from kit.plan.resolve import RunRequest, resolve
 
 from .conftest import bundle_path, why_failed
@@ -18,15 +18,9 @@ from .conftest import bundle_path, why_failed
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def test_attention_and_layers_match_plain_references():
     # MHA + GELU + LayerNorm (gpt3-tiny) and GQA + SwiGLU + RMSNorm (llama-style), fp32 on CPU
-    r = subprocess.run([sys.executable, "-m", "tests.layer_numerics", _free_port()], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "tests.layer_numerics", str(free_port())], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, why_failed(r)[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -93,7 +87,7 @@ def test_deepspeed_speed_features_are_its_own_and_default_on_nvidia_only():
 
 
 def test_vocab_parallel_cross_entropy_matches_torch_on_one_and_two_ranks():
-    r = subprocess.run([sys.executable, "-m", "tests.cross_entropy_parallel", _free_port()],
+    r = subprocess.run([sys.executable, "-m", "tests.cross_entropy_parallel", str(free_port())],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, why_failed(r)[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]

@@ -3,7 +3,6 @@ load-balancing loss, alltoall dispatch over EP2, experts) against a plain PyTorc
 where the layer spec uses the grouped experts."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,22 +12,17 @@ import yaml
 
 from kit.config.loader import load_workload
 from kit.errors import KitInputError
+from kit.launch.local import free_port
 from kit.plan.resolve import RunRequest, resolve
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 @pytest.mark.timeout(300)
 def test_grouped_experts_match_sequential_mlp_forward_and_backward():
     # fp32 on CPU, with megatron's plain and fused weighted SwiGLU, weight gradients as grads
     # and added into main_grad (megatron DDP's wgrad fusion); one expert gets no tokens
-    r = subprocess.run([sys.executable, "-m", "tests.grouped_mlp_numerics", _free_port()],
+    r = subprocess.run([sys.executable, "-m", "tests.grouped_mlp_numerics", str(free_port())],
                        cwd=REPO, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -43,7 +37,7 @@ def test_grouped_experts_match_sequential_mlp_forward_and_backward():
 def test_moe_layer_matches_a_plain_loop_over_experts_under_ep2():
     # two ranks over gloo, experts split between them, tokens crossing in the all-to-all;
     # fp32 on CPU, so the tolerance is far inside bf16's (its epsilon is 7.8e-3)
-    port = _free_port()
+    port = str(free_port())
     procs = [subprocess.Popen([sys.executable, "-m", "tests.moe_layer_numerics", str(rank), "2",
                                port, "2"], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for rank in (0, 1)]

@@ -17,6 +17,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from kit.launch.local import free_port
 from tests.conftest import (
     REPO,
     bundle_path,
@@ -28,14 +29,6 @@ from tests.conftest import (
 )
 
 pytestmark = pytest.mark.training  # every test here starts ranks (pyproject.toml: tiers)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_node(node: int, out: Path, port: int, *extra: str, steps: int = 3,
@@ -52,9 +45,19 @@ def start_node(node: int, out: Path, port: int, *extra: str, steps: int = 3,
 
 
 def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
+    """Each node's exit code, stdout and stderr; a node still running after ``timeout`` fails
+    the test with every node's output (the nodes' process groups killed)."""
+    out: list[tuple[int, str, str]] = []
+    for k, p in enumerate(procs):
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs[k:]:
+                os.killpg(q.pid, signal.SIGKILL)
+            out += [(q.wait(), *q.communicate()) for q in procs[k:]]
+            said = "\n".join(f"node {j} (exit {rc}):\n{err[-3000:]}"
+                             for j, (rc, _, err) in enumerate(out))
+            pytest.fail(f"node {k} still ran after {timeout:g} s\n{said}")
         out.append((p.returncode, stdout, stderr))
     return out
 
@@ -262,6 +265,29 @@ def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "not every node joined the rendezvous" in lines[0], r.stderr
     assert " within 3 s (" in lines[0], lines[0]
+
+
+@pytest.mark.timeout(300)
+def test_an_endpoint_another_program_listens_on_is_one_line_on_each_node(tmp_path):
+    """The endpoint's port held by a listener that never answers (another program, as when
+    a port handed out as free is taken before node 0 binds it): node 0 says the port is taken,
+    node 1, connected to that listener, ends once the rendezvous timeout is up (torch's store
+    alone would wait for its answer forever); both exit 2 without writing anything."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", free_port()))
+        held.listen()
+        port = held.getsockname()[1]
+        (rc0, _, err0), (rc1, _, err1) = finish(
+            [start_node(n, tmp_path / "out", port, "--rdzv-timeout", "3") for n in (0, 1)],
+            timeout=200)
+    said = {0: f"port {port} on 127.0.0.1 is taken by another program",
+            1: f"127.0.0.1:{port} accepted the connection but did not answer"}
+    for node, rc, err in ((0, rc0, err0), (1, rc1, err1)):
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert rc == 2 and len(lines) == 1 and said[node] in lines[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
 @pytest.mark.timeout(300)

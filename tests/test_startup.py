@@ -4,7 +4,6 @@ run.sh's set-up as its own phase), and the imports a rank no longer pays for."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import psutil
 import pytest
 
 from kit.cache import bytecode_precompile, compile_cache
+from kit.launch.local import free_port
 
 from .conftest import REPO, bundle_path, kit_cli, why_failed
 
@@ -321,9 +321,7 @@ def test_the_early_process_group_joins_the_peers_or_raises_in_the_rank(tmp_path)
     """The default group a rank creates on a thread while it imports its engine: two real
     processes over gloo meet and reduce; a rendezvous that cannot start raises in the rank's
     main thread (the worker then reports the rank failed), not silently on the thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     procs = [subprocess.Popen([sys.executable, "-c", EARLY_GROUP, str(r), "2"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -17,6 +17,12 @@ import torch.distributed as dist
 
 from kit.errors import KitInputError
 
+ANSWER_GRACE_S = 10.0
+"""How long past ``--rdzv-timeout`` a node waits for the store it connected to to answer.
+
+torch's ``TCPStore`` gives up connecting after its timeout, but once connected it waits for the
+server's first answer without one: a port where something else listens (node 0's port taken by
+another program, a wrong ``--rdzv-endpoint``) would hold the node forever."""
 HEARTBEAT_S = 0.5
 """How often each agent says it is alive."""
 SILENT_DEAD_S = 5.0
@@ -95,21 +101,49 @@ class NodeLink:
                 be reached (the others), or the port is taken.
         """
         self.role = role
-        try:
-            self.store = dist.TCPStore(
-                role.host, role.port, world_size=role.nodes, is_master=role.node == 0,
-                timeout=timedelta(seconds=role.timeout_s), wait_for_workers=True,
-                multi_tenant=True,
-            )
-        except Exception as e:  # DistStoreError, DistNetworkError, RuntimeError
-            raise KitInputError(self._join_failure(e)) from None
+        self.store = self._join()
         self._stop = threading.Event()
         self._beats: dict[int, tuple[bytes, float]] = {}
         self._beat_thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
         self._beat_thread.start()
 
+    def _join(self) -> dist.TCPStore:
+        """Host (node 0) or reach node 0's store, bounded in time (:data:`ANSWER_GRACE_S`).
+
+        The store is made on a thread: one that is still waiting for an answer once time is up
+        is left behind (a daemon, blocked in a socket read) and the node exits with the error.
+        """
+        r = self.role
+        made: list[dist.TCPStore] = []
+        failed: list[BaseException] = []
+
+        def make() -> None:
+            try:
+                made.append(dist.TCPStore(
+                    r.host, r.port, world_size=r.nodes, is_master=r.node == 0,
+                    timeout=timedelta(seconds=r.timeout_s), wait_for_workers=True,
+                    multi_tenant=True))
+            except Exception as e:  # DistStoreError, DistNetworkError, RuntimeError
+                failed.append(e)
+
+        thread = threading.Thread(target=make, daemon=True, name="rendezvous-join")
+        thread.start()
+        thread.join(r.timeout_s + ANSWER_GRACE_S)
+        if made:
+            return made[0]
+        if failed:
+            raise KitInputError(self._join_failure(failed[0])) from None
+        raise KitInputError(
+            f"node {r.node}: {r.endpoint} accepted the connection but did not answer as a "
+            f"rendezvous store within {r.timeout_s + ANSWER_GRACE_S:g} s: another program "
+            f"listens there; start node 0 with an --rdzv-endpoint port that is free on "
+            f"{r.host} and give every node the same one")
+
     def _join_failure(self, e: BaseException) -> str:
         r = self.role
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+            return (f"node {r.node}: port {r.port} on {r.host} is taken by another program: "
+                    f"pick a free port for --rdzv-endpoint, the same on every node")
         if r.node == 0:
             return (f"node 0: not every node joined the rendezvous at {r.endpoint} within "
                     f"{r.timeout_s:g} s ({_first_line(e)}): start the same command with "
