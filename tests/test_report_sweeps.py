@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from kit.analysis.comparability import execution_mode
 from kit.analysis.compare import Comparison, compare_bundles
 from kit.analysis.plots_findings import finding_figure
 from kit.analysis.plots_study import sweep_lines
-from kit.analysis.sweep_series import execution_mode, find_sweep, world_size
+from kit.analysis.sweep_series import find_sweep, world_size
 from kit.bundle.writer import write_sums
 from kit.study.facts import read_facts
 from kit.study.run import conclude
@@ -71,7 +72,7 @@ def _alike_but_the_parameter(c: Comparison) -> None:
         else:
             worlds = {world_size(g) for g in groups}
         assert len(worlds) == 1, (line.name, worlds)
-        assert len({execution_mode(g) for g in groups}) == 1
+        assert len({execution_mode(g.bundles[0]) for g in groups}) == 1
         moves = {sweep.parameter} | ({"dp"} if sweep.parameter in ("tp", "pp", "cp") else set())
         held = {json.dumps([g.first.config["dtype"], g.first.config["engine"],
                             g.first.config["global_batch_size"],

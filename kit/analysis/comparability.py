@@ -16,6 +16,9 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
   versions.
 * ``precision``, ``batch``, ``sequence``: different dtype, micro or global batch, or sequence
   length (fabric benchmarks have no batch: left out).
+* ``execution``: steps replayed from a CUDA graph in some runs and run eagerly in others (the
+  bundle's ``execution``, or its engine's notes in older bundles): the host's share of a step
+  differs, and with it speed and power.
 * ``telemetry``: energy from a hardware counter in some runs and from integrated power in
   others, or power from different backends.
 * ``schema``: different bundle schema versions.
@@ -28,7 +31,8 @@ Checks, each over all compared bundles (from ``manifest.json`` and ``metrics.jso
 * ``swept``: the axes a sweep or study varies on purpose (``swept``), with their values. A
   difference there is what the runs set out to measure, not a flaw of the comparison, so the
   check it would raise (``batch``, ``precision``, ``engine``, ``platform``, ``workload``,
-  ``sequence``) is left out and this one line says instead that the axis is swept.
+  ``sequence``, ``execution`` for the ``eager`` axis) is left out and this one line says
+  instead that the axis is swept.
 """
 
 from collections.abc import Callable, Collection
@@ -38,6 +42,7 @@ from typing import Any
 from kit.bundle.reader import Bundle
 from kit.config.run_kind import run_kind
 from kit.engines import ENGINES
+from kit.engines.execution import execution_of
 from kit.metrics.text import shorten
 from kit.projection.file import projection_of
 
@@ -46,6 +51,8 @@ _NOT_ARCHITECTURE = frozenset(
 )
 _NAMED = 3
 """Bundles named in a message before the rest are counted."""
+UNRECORDED_MODE = "mode unrecorded"
+"""The execution mode of a bundle that records neither the field nor the engine's notes."""
 _ERROR_WIDTH = 160
 """Characters of a failed run's error a ``status`` check quotes (its first line, shortened)."""
 
@@ -83,6 +90,12 @@ def _differs(kind: str, what: str, bundles: list[Bundle],
         return []
     parts = [f"{v} ({len(bs)}: {_names(bs)})" for v, bs in groups.items()]
     return [Check(kind, f"different {what}: " + "; ".join(parts))]
+
+
+def execution_mode(bundle: Bundle) -> str:
+    """``graphed`` or ``eager``, or :data:`UNRECORDED_MODE` (kit.engines.execution)."""
+    found = execution_of(bundle.metrics.execution, bundle.metrics.notes)
+    return found.mode if found is not None else UNRECORDED_MODE
 
 
 def _architecture(bundle: Bundle) -> dict[str, Any]:
@@ -335,6 +348,9 @@ def comparability_checks(bundles: list[Bundle], swept: Collection[str] = ()) -> 
                                                    config("micro_batch_size"))),
         *unless_swept("workload", _differs("sequence", "sequence length", bundles,
                                            lambda b: b.manifest.workload.get("seq_length"))),
+        *unless_swept("eager", _differs(
+            "execution", "execution modes (graphed steps leave the host less to do)", trained,
+            lambda b: execution_mode(b) if execution_mode(b) != UNRECORDED_MODE else None)),
         *_swept_check(trained, swept),
         *_differs("telemetry", "energy sources", bundles, energy_source),
         *_differs("telemetry", "power sources", bundles, power_source),

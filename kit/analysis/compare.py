@@ -1,7 +1,9 @@
 """Put bundles side by side: group repeats of one configuration, aggregate, relate to a baseline.
 
 Runs are grouped by what was run (workload, platform, engine, nodes, parallel layout,
-optimizations, micro and global batch, dtype), by how they ended and by whether they verified:
+optimizations, micro and global batch, dtype, execution mode: a graphed and an eager run of one
+layout are two configurations, each group's name saying which), by how they ended and by
+whether they verified:
 a failed, OOM or interrupted run gets its own group, so its partial figures never mix with a
 successful repeat's, and so does a bundle that failed verification and is compared only
 because of ``--allow-unverified``. Each group reports, per canonical metric, the median,
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from kit.analysis.comparability import Check, comparability_checks
+from kit.analysis.comparability import Check, comparability_checks, execution_mode
 from kit.analysis.figure_render import map_forked
 from kit.analysis.host import CPU_UTIL, HOST_MEM, host_figures
 from kit.analysis.inputs import expand_inputs
@@ -107,7 +109,7 @@ def _group_key(bundle: Bundle) -> str:
     return json.dumps(
         [m.workload["name"], m.platform["name"], c["engine"], c["nodes"],
          c["parallel"], c.get("optim"), c["micro_batch_size"], c["global_batch_size"],
-         c["dtype"], m.status, bundle.verification_error is None,
+         c["dtype"], execution_mode(bundle), m.status, bundle.verification_error is None,
          str(bundle.path) if projection_of(bundle) else None],
         sort_keys=True,
     )
@@ -144,6 +146,9 @@ class Group:
     own: list[str] = field(default_factory=list)
     """Header lines without the parts all groups share (empty lines left out)."""
     values: dict[str, Aggregate] = field(default_factory=dict)
+    mode_shown: bool = False
+    """Whether the configuration's name ends with its execution mode (set with the labels:
+    where the groups ran in more than one)."""
 
     @property
     def first(self) -> Manifest:
@@ -173,9 +178,17 @@ class Group:
             [] if self.verified else ["UNVERIFIED"])
         return f"{' '.join(flags)} ({ending})" if flags else ending
 
+    def parts(self) -> list[list[str]]:
+        """The configuration as lines of tokens (kit.metrics.labels), the layout line ending
+        with the execution mode where :attr:`mode_shown`."""
+        parts = configuration_parts(self.first)
+        if self.mode_shown:
+            parts[-1] = [*parts[-1], execution_mode(self.bundles[0])]
+        return parts
+
     def header(self) -> list[str]:
         """Full header lines: workload, platform, engine and layout, runs with status."""
-        return [" ".join(line) for line in configuration_parts(self.first)] + [self.ending()]
+        return [" ".join(line) for line in self.parts()] + [self.ending()]
 
 
 @dataclass(frozen=True)
@@ -314,7 +327,10 @@ def _find_baseline(bundles: list[Bundle], baseline: str | Path,
 
 def _label(groups: list[Group]) -> list[str]:
     """Give every group its header lines and unique labels; return the shared parts."""
-    split = split_shared([configuration_parts(g.first) for g in groups])
+    shown = len({execution_mode(g.bundles[0]) for g in groups}) > 1
+    for g in groups:
+        g.mode_shown = shown
+    split = split_shared([g.parts() for g in groups])
     counts: dict[str, int] = {}
     shorts: dict[str, int] = {}
     for g, own in zip(groups, split.own, strict=True):

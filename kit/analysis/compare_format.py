@@ -179,8 +179,8 @@ def _bundle_list(g: Group) -> str:
 def check_lines(checks: list[Check]) -> list[str]:
     """One line per check, ``[kind] message``, or one line saying there is nothing to flag."""
     if not checks:
-        return ["none: same workload, platform, precision, batch, sequence length, telemetry "
-                "sources and schema; every run ended ok"]
+        return ["none: same workload, platform, precision, batch, sequence length, execution "
+                "mode, telemetry sources and schema; every run ended ok"]
     return list(dict.fromkeys(f"[{c.kind}] {terminal_safe(c.message)}" for c in checks))
 
 

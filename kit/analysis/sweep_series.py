@@ -23,17 +23,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kit.analysis.comparability import axis_value
+from kit.analysis.comparability import axis_value, execution_mode
 from kit.analysis.compare import Comparison, Group
-from kit.engines.execution import execution_of
 from kit.metrics.labels import layout_parts, split_shared
 
 SWEPT = ("micro_batch_size", "tp", "pp", "dp", "cp", "ep")
 """Parameters a sweep may vary, in the order a tie is broken (micro-batch first)."""
 MOVES_DP = ("tp", "pp", "cp")
 """Degrees whose change at a fixed world size moves DP with it (world = TP x PP x CP x DP)."""
-UNRECORDED_MODE = "mode unrecorded"
-"""The execution mode of a bundle that records neither the field nor the engine's notes."""
 
 
 @dataclass(frozen=True)
@@ -81,14 +78,6 @@ def world_size(g: Group) -> int:
     return p["tp"] * p["pp"] * p.get("cp", 1) * p["dp"]
 
 
-def execution_mode(g: Group) -> str:
-    """``graphed`` or ``eager`` (of the configuration's first run), or
-    :data:`UNRECORDED_MODE`."""
-    metrics = g.bundles[0].metrics
-    found = execution_of(metrics.execution, metrics.notes)
-    return found.mode if found is not None else UNRECORDED_MODE
-
-
 def parameter_value(g: Group, parameter: str) -> int:
     """The configuration's value of a parameter of :data:`SWEPT` (a degree its config leaves
     out is 1)."""
@@ -109,7 +98,7 @@ def _held(g: Group, parameter: str) -> dict[str, Any]:
     return {
         "workload": g.first.workload["name"], "platform": g.first.platform["name"],
         "world": None if parameter == "dp" else world_size(g), "dtype": config["dtype"],
-        "execution": execution_mode(g), "engine": config.get("engine", "megatron"),
+        "execution": execution_mode(g.bundles[0]), "engine": config.get("engine", "megatron"),
         "nodes": config.get("nodes"), "speed": config.get("speed"),
         "parallel": {k: v for k, v in config["parallel"].items() if k not in free},
         "optim": config.get("optim"), "global_batch_size": config["global_batch_size"],
