@@ -268,6 +268,20 @@ def test_a_node_that_never_joins_is_an_error_within_the_timeout(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_a_node_whose_node_0_never_comes_is_an_error_within_the_timeout(tmp_path):
+    """Node 1 alone: one line naming the endpoint, exit code 2, once --rdzv-timeout 3 and
+    the grace after it are up (torch's store alone retried once more after a random back-off
+    that can be longer than the timeout)."""
+    r = kit_cli("run", "gpt3-tiny", "--nodes", "2", "--tp", "2", "--dp", "2", "--launcher",
+                "torchrun", "--node-rank", "1", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                "--rdzv-timeout", "3", "--out", str(tmp_path), timeout=240)
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]  # none of torch's C++ log
+    assert len(lines) == 1 and "could not reach node 0's rendezvous" in lines[0], r.stderr
+    assert " within 3 s (" in lines[0], lines[0]
+
+
+@pytest.mark.timeout(300)
 def test_an_endpoint_another_program_listens_on_is_one_line_on_each_node(tmp_path):
     """The endpoint's port held by a listener that never answers (another program, as when
     a port handed out as free is taken before node 0 binds it): node 0 says the port is taken,
@@ -283,7 +297,7 @@ def test_an_endpoint_another_program_listens_on_is_one_line_on_each_node(tmp_pat
             [start_node(n, tmp_path / "out", port, "--rdzv-timeout", "3") for n in (0, 1)],
             timeout=200)
     said = {0: f"port {port} on 127.0.0.1 is taken by another program",
-            1: f"127.0.0.1:{port} accepted the connection but did not answer"}
+            1: f"127.0.0.1:{port} accepts connections but did not answer"}
     for node, rc, err in ((0, rc0, err0), (1, rc1, err1)):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert rc == 2 and len(lines) == 1 and said[node] in lines[0], err

@@ -38,6 +38,7 @@ from kit.bundle.reader import Bundle
 from kit.bundle.schema import Manifest
 from kit.bundle.telemetry_fields import THROTTLE_BITS
 from kit.bundle.verified import read_verified_bundle
+from kit.config.run_kind import run_kind
 from kit.errors import KitInputError
 from kit.metrics.labels import configuration_parts, layout_label, split_shared
 from kit.neutralize import control_problem, neutral_data, terminal_safe
@@ -103,13 +104,19 @@ def metric_value(bundle: Bundle, key: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _mode(bundle: Bundle) -> str | None:
+    """The run's execution mode (kit.analysis.comparability); None for a fabric benchmark,
+    which trains no step."""
+    return execution_mode(bundle) if run_kind(bundle.manifest.config).trains else None
+
+
 def _group_key(bundle: Bundle) -> str:
     """What makes two runs repeats of each other (module docstring), as a string."""
     m, c = bundle.manifest, bundle.manifest.config
     return json.dumps(
         [m.workload["name"], m.platform["name"], c["engine"], c["nodes"],
          c["parallel"], c.get("optim"), c["micro_batch_size"], c["global_batch_size"],
-         c["dtype"], execution_mode(bundle), m.status, bundle.verification_error is None,
+         c["dtype"], _mode(bundle), m.status, bundle.verification_error is None,
          str(bundle.path) if projection_of(bundle) else None],
         sort_keys=True,
     )
@@ -182,8 +189,8 @@ class Group:
         """The configuration as lines of tokens (kit.metrics.labels), the layout line ending
         with the execution mode where :attr:`mode_shown`."""
         parts = configuration_parts(self.first)
-        if self.mode_shown:
-            parts[-1] = [*parts[-1], execution_mode(self.bundles[0])]
+        if self.mode_shown and (mode := _mode(self.bundles[0])) is not None:
+            parts[-1] = [*parts[-1], mode]
         return parts
 
     def header(self) -> list[str]:
@@ -327,7 +334,7 @@ def _find_baseline(bundles: list[Bundle], baseline: str | Path,
 
 def _label(groups: list[Group]) -> list[str]:
     """Give every group its header lines and unique labels; return the shared parts."""
-    shown = len({execution_mode(g.bundles[0]) for g in groups}) > 1
+    shown = len({_mode(g.bundles[0]) for g in groups} - {None}) > 1
     for g in groups:
         g.mode_shown = shown
     split = split_shared([g.parts() for g in groups])

@@ -8,8 +8,14 @@ a run needs one port. Through it node 0 hands out the bundle id, heartbeats tell
 agents still live, and node 0 tells every node how the run ended.
 """
 
+import os
+import socket
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -18,11 +24,15 @@ import torch.distributed as dist
 from kit.errors import KitInputError
 
 ANSWER_GRACE_S = 10.0
-"""How long past ``--rdzv-timeout`` a node waits for the store it connected to to answer.
+"""How long past ``--rdzv-timeout`` a node waits for node 0's store before it gives up.
 
-torch's ``TCPStore`` gives up connecting after its timeout, but once connected it waits for the
-server's first answer without one: a port where something else listens (node 0's port taken by
-another program, a wrong ``--rdzv-endpoint``) would hold the node forever."""
+torch's ``TCPStore`` does not keep to its timeout on its own: with nobody listening it retried
+once more after its 300 s, following a random back-off (84 s, seen with torch 2.13), and once
+connected it waits for the server's first answer without any limit, so a port where something
+else listens (node 0's port taken by another program, a wrong ``--rdzv-endpoint``) would hold
+the node forever."""
+PROBE_S = 5.0
+"""How long the check whether anything listens on the endpoint may take to connect."""
 HEARTBEAT_S = 0.5
 """How often each agent says it is alive."""
 SILENT_DEAD_S = 5.0
@@ -90,6 +100,39 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
+@contextmanager
+def _stderr_held() -> Iterator[bytearray]:
+    """File descriptor 2 into a temporary file meanwhile; what it got is in the bytearray
+    afterwards.
+
+    torch's store logs each failed try to connect with a C++ stack trace of 40 lines; a node
+    that cannot join says so in one line (the exception's first line in it), and one that joins
+    passes on what was held.
+    """
+    said = bytearray()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield said
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            said += held.read()
+
+
+def _listened_on(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_S):
+            return True
+    except OSError:
+        return False
+
+
 class NodeLink:
     """This agent's connection to node 0's store, with a heartbeat while it is open."""
 
@@ -111,7 +154,8 @@ class NodeLink:
         """Host (node 0) or reach node 0's store, bounded in time (:data:`ANSWER_GRACE_S`).
 
         The store is made on a thread: one that is still waiting for an answer once time is up
-        is left behind (a daemon, blocked in a socket read) and the node exits with the error.
+        is left behind (a daemon, in a socket read or torch's back-off) and the node exits with
+        the error.
         """
         r = self.role
         made: list[dist.TCPStore] = []
@@ -127,14 +171,18 @@ class NodeLink:
                 failed.append(e)
 
         thread = threading.Thread(target=make, daemon=True, name="rendezvous-join")
-        thread.start()
-        thread.join(r.timeout_s + ANSWER_GRACE_S)
+        with _stderr_held() as held:
+            thread.start()
+            thread.join(r.timeout_s + ANSWER_GRACE_S)
         if made:
+            os.write(2, held)  # what torch said on the way, now that it joined
             return made[0]
         if failed:
             raise KitInputError(self._join_failure(failed[0])) from None
+        if r.node == 0 or not _listened_on(r.host, r.port):  # torch still retrying, or waiting
+            raise KitInputError(self._join_failure(TimeoutError("no answer in time"))) from None
         raise KitInputError(
-            f"node {r.node}: {r.endpoint} accepted the connection but did not answer as a "
+            f"node {r.node}: {r.endpoint} accepts connections but did not answer as a "
             f"rendezvous store within {r.timeout_s + ANSWER_GRACE_S:g} s: another program "
             f"listens there; start node 0 with an --rdzv-endpoint port that is free on "
             f"{r.host} and give every node the same one")
