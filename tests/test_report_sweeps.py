@@ -147,6 +147,28 @@ def test_a_graphed_run_is_not_on_the_eager_runs_line(runs, tmp_path, old_notes):
         ("gpt3-tiny cpu 1 rank fp32 eager megatron tp1 pp1 dp1 gb8", [1.0, 2.0, 4.0], True)]
 
 
+def test_compare_keeps_graphed_and_eager_runs_of_one_layout_apart(runs, tmp_path, cli):
+    """Two graphed copies of the 1-rank run (one says so in ``execution``, one only in its
+    notes, as bundles before the field did) beside the eager run itself: once one group whose
+    median mixed both executions; now a graphed group of two and an eager group of one."""
+    eager = runs["tp1"]
+    graphed = [_graphed_copy(eager, tmp_path / "field", old_notes=False),
+               _graphed_copy(eager, tmp_path / "notes", old_notes=True)]
+    bundles = [str(b) for b in (eager, *graphed)]
+    c = compare_bundles(bundles)
+    assert [(g.label.rsplit(" ", 1)[-1], len(g.bundles)) for g in c.groups] == [
+        ("eager", 1), ("graphed", 2)]
+    [check] = [ch for ch in c.checks if ch.kind == "execution"]
+    assert "graphed (2: " in check.message and "eager (1: " in check.message
+    swept = compare_bundles(bundles, swept={"eager"})  # a sweep that varies it on purpose
+    assert len(swept.groups) == 2 and not [ch for ch in swept.checks if ch.kind == "execution"]
+    table = cli("compare", *bundles)
+    assert table.returncode == 0, table.stderr
+    assert "[execution] different execution modes" in table.stdout
+    # runs of one mode keep their names as they were
+    assert not compare_bundles([str(eager), str(runs["mb1"])]).groups[0].label.endswith("eager")
+
+
 def test_a_finding_figure_stands_only_under_evidence_and_from_zero(runs):
     # issue 58: the CPU micro-batch sweep has no power: "not measurable here", and no figure
     result = microbatch_bursts([read_facts(runs[n]) for n in ("mb1", "tp1", "mb4")])

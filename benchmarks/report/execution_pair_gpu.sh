@@ -6,7 +6,7 @@
 # is already in results/execution-pair/ is not run again while the machine stays warm).
 #   OUT=<dir> bash benchmarks/report/execution_pair_gpu.sh   (WORKLOAD: gpt3-1.3b unless set)
 # Writes into $OUT: <gpu>x<N>-execution-pair.txt (date, device, commit, each run's last line, the
-# compare table and its JSON groups) and bundles/ (the three bundles, whole: tests/data keeps them).
+# compare table and its JSON groups) and bundles/ (the three bundles, whole).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
