@@ -8,6 +8,7 @@ agent starts its ranks as torchrun does (kit.launch.elastic).
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -287,8 +288,6 @@ def test_an_endpoint_another_program_listens_on_is_one_line_on_each_node(tmp_pat
     a port handed out as free is taken before node 0 binds it): node 0 says the port is taken,
     node 1, connected to that listener, ends once the rendezvous timeout is up (torch's store
     alone would wait for its answer forever); both exit 2 without writing anything."""
-    import socket
-
     with socket.socket() as held:
         held.bind(("127.0.0.1", free_port()))
         held.listen()

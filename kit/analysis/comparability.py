@@ -92,10 +92,15 @@ def _differs(kind: str, what: str, bundles: list[Bundle],
     return [Check(kind, f"different {what}: " + "; ".join(parts))]
 
 
-def execution_mode(bundle: Bundle) -> str:
-    """``graphed`` or ``eager``, or :data:`UNRECORDED_MODE` (kit.engines.execution)."""
+def recorded_mode(bundle: Bundle) -> str | None:
+    """``graphed`` or ``eager`` as the bundle records it (kit.engines.execution), else None."""
     found = execution_of(bundle.metrics.execution, bundle.metrics.notes)
-    return found.mode if found is not None else UNRECORDED_MODE
+    return found.mode if found is not None else None
+
+
+def execution_mode(bundle: Bundle) -> str:
+    """:func:`recorded_mode`, or :data:`UNRECORDED_MODE` where the bundle records none."""
+    return recorded_mode(bundle) or UNRECORDED_MODE
 
 
 def _architecture(bundle: Bundle) -> dict[str, Any]:
@@ -350,7 +355,7 @@ def comparability_checks(bundles: list[Bundle], swept: Collection[str] = ()) -> 
                                            lambda b: b.manifest.workload.get("seq_length"))),
         *unless_swept("eager", _differs(
             "execution", "execution modes (graphed steps leave the host less to do)", trained,
-            lambda b: execution_mode(b) if execution_mode(b) != UNRECORDED_MODE else None)),
+            recorded_mode)),
         *_swept_check(trained, swept),
         *_differs("telemetry", "energy sources", bundles, energy_source),
         *_differs("telemetry", "power sources", bundles, power_source),

@@ -153,9 +153,6 @@ class Group:
     own: list[str] = field(default_factory=list)
     """Header lines without the parts all groups share (empty lines left out)."""
     values: dict[str, Aggregate] = field(default_factory=dict)
-    mode_shown: bool = False
-    """Whether the configuration's name ends with its execution mode (set with the labels:
-    where the groups ran in more than one)."""
 
     @property
     def first(self) -> Manifest:
@@ -185,17 +182,18 @@ class Group:
             [] if self.verified else ["UNVERIFIED"])
         return f"{' '.join(flags)} ({ending})" if flags else ending
 
-    def parts(self) -> list[list[str]]:
+    def parts(self, with_mode: bool) -> list[list[str]]:
         """The configuration as lines of tokens (kit.metrics.labels), the layout line ending
-        with the execution mode where :attr:`mode_shown`."""
+        with the execution mode if ``with_mode`` (where the groups ran in more than one)."""
         parts = configuration_parts(self.first)
-        if self.mode_shown and (mode := _mode(self.bundles[0])) is not None:
+        if with_mode and (mode := _mode(self.bundles[0])) is not None:
             parts[-1] = [*parts[-1], mode]
         return parts
 
-    def header(self) -> list[str]:
-        """Full header lines: workload, platform, engine and layout, runs with status."""
-        return [" ".join(line) for line in self.parts()] + [self.ending()]
+    def header(self, with_mode: bool) -> list[str]:
+        """Full header lines: workload, platform, engine and layout (:meth:`parts`), runs with
+        status."""
+        return [" ".join(line) for line in self.parts(with_mode)] + [self.ending()]
 
 
 @dataclass(frozen=True)
@@ -334,16 +332,14 @@ def _find_baseline(bundles: list[Bundle], baseline: str | Path,
 
 def _label(groups: list[Group]) -> list[str]:
     """Give every group its header lines and unique labels; return the shared parts."""
-    shown = len({_mode(g.bundles[0]) for g in groups} - {None}) > 1
-    for g in groups:
-        g.mode_shown = shown
-    split = split_shared([g.parts() for g in groups])
+    with_mode = len({_mode(g.bundles[0]) for g in groups} - {None}) > 1
+    split = split_shared([g.parts(with_mode) for g in groups])
     counts: dict[str, int] = {}
     shorts: dict[str, int] = {}
     for g, own in zip(groups, split.own, strict=True):
         flags = ("" if g.status == "ok" else f" [{g.status}]") + (
             "" if g.verified else " [unverified]") + (" [projected]" if g.projected else "")
-        base = " ".join(g.header()[:3]) + flags
+        base = " ".join(g.header(with_mode)[:3]) + flags
         counts[base] = counts.get(base, 0) + 1
         g.label = base if counts[base] == 1 else f"{base} #{counts[base]}"
         g.own = [" ".join(line) for line in own if line] + [g.ending()]
